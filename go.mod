@@ -1,0 +1,3 @@
+module github.com/inferroute/inferroute
+
+go 1.24

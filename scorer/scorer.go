@@ -1,0 +1,85 @@
+package scorer
+
+import (
+	"context"
+	"time"
+
+	"github.com/inferroute/inferroute/signals"
+)
+
+// Input is what filters and scorers see for one pick. The picker owns it and
+// every slice in it; filters and scorers must not retain any of them after
+// they return.
+type Input struct {
+	// Request is the request being placed. Read-only.
+	Request *signals.Request
+	// Endpoints are the candidates. A filter may reorder and overwrite the
+	// elements of this slice (the picker gave it a private copy); a scorer
+	// must not modify it.
+	Endpoints []*signals.Endpoint
+	// Now is the time of the pick, read once from the picker's clock.
+	Now time.Time
+	// Cached is set for scorers only: Cached[i] is the fraction of the
+	// request's prompt that Endpoints[i] is believed to hold in its prefix
+	// cache, as reported by the picker's PrefixMatcher (all zero without one).
+	Cached []float64
+	// Raw is set for scorers only: a scorer may write into Raw[i] the raw
+	// value behind Endpoints[i]'s score (a queue length, a predicted TTFT in
+	// seconds) for the pick's breakdown. Entries left alone read as NaN.
+	Raw []float64
+}
+
+// Filter removes the endpoints that cannot serve a request.
+//
+// Filter returns the endpoints to keep as a sub-slice of in.Endpoints,
+// typically by compacting kept endpoints to the front in their original
+// order. A filter that keeps nothing must return an empty slice and leave
+// in.Endpoints unchanged; the picker then applies its policy (fail open to
+// the candidates before this filter, or fail closed with an error). Filter
+// must be safe for concurrent use, must not block, and should not allocate.
+type Filter interface {
+	Filter(ctx context.Context, in *Input) []*signals.Endpoint
+}
+
+// Scorer rates how well each candidate would serve a request.
+//
+// Score writes into out[i] a score in [0, 1] for in.Endpoints[i], 1 being
+// best; len(out) == len(in.Endpoints). out is owned by the caller and its
+// initial contents are unspecified. NaN and out-of-range values are clamped
+// by the picker. Score must be safe for concurrent use, must not block, and
+// must not allocate.
+type Scorer interface {
+	Score(ctx context.Context, in *Input, out []float64)
+}
+
+// FilterFunc adapts a function to Filter.
+type FilterFunc func(ctx context.Context, in *Input) []*signals.Endpoint
+
+// Filter calls f(ctx, in).
+func (f FilterFunc) Filter(ctx context.Context, in *Input) []*signals.Endpoint { return f(ctx, in) }
+
+// ScorerFunc adapts a function to Scorer.
+type ScorerFunc func(ctx context.Context, in *Input, out []float64)
+
+// Score calls f(ctx, in, out).
+func (f ScorerFunc) Score(ctx context.Context, in *Input, out []float64) { f(ctx, in, out) }
+
+// Weighted is a scorer with its name and weight in a chain. Weights apply
+// after normalisation: a candidate's total is the sum of Weight × score.
+type Weighted struct {
+	Name   string
+	Weight float64
+	Scorer Scorer
+}
+
+// Env carries what built-in filters and scorers need from the picker that
+// builds them. The zero Env reads no prefix index, no estimator, and never
+// ages scraped values.
+type Env struct {
+	// HalfLife is the age at which a scraped value's confidence halves.
+	HalfLife time.Duration
+	// Matcher is the prefix index; nil means none.
+	Matcher signals.PrefixMatcher
+	// Estimator predicts TTFT; nil means none.
+	Estimator signals.LatencyEstimator
+}

@@ -1,0 +1,413 @@
+package signals
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// EndpointSpec is the identity of a model-server replica: what discovery or
+// configuration knows about it before any scrape.
+type EndpointSpec struct {
+	// Name identifies the endpoint uniquely within a pool (a pod name, or
+	// the address when nothing better is known).
+	Name string
+	// Address is the host:port requests are sent to.
+	Address string
+	// MetricsURL is the Prometheus metrics page; "" means http://Address/metrics.
+	MetricsURL string
+	// Engine names the model server ("vllm", "sglang", "tgi",
+	// "triton-tensorrt-llm", "trtllm-serve", …); "" means vLLM.
+	Engine string
+	// Model is the base model the endpoint serves.
+	Model string
+	// Adapters are the LoRA adapters the endpoint can load. Nil means the
+	// endpoint's adapters are not known statically (it may serve any).
+	Adapters []string
+	// Labels are free-form labels (zone, GPU type, …) for filters and scorers.
+	Labels map[string]string
+}
+
+// Endpoint is one model-server replica: its identity, the latest scraped
+// Metrics snapshot, and live load counters kept by this process.
+//
+// The spec fields are read-only once the endpoint is created. Everything
+// else is updated atomically and read without locks, so an Endpoint is safe
+// for concurrent use. An Endpoint must not be copied after first use: its
+// counters outlive the endpoint snapshots that the picker swaps, and a copy
+// would split them.
+type Endpoint struct {
+	EndpointSpec
+
+	_ noCopy
+
+	metrics atomic.Pointer[Metrics]
+
+	inFlight         atomic.Int64
+	inFlightTokens   atomic.Int64
+	dispatched       atomic.Uint64
+	completed        atomic.Uint64
+	dispatchedTokens atomic.Uint64
+	completedTokens  atomic.Uint64
+
+	healthy        atomic.Bool
+	scrapeFailures atomic.Int32
+	generation     atomic.Uint64
+	throughput     atomic.Uint64 // math.Float64bits of tokens per second; 0 = unknown
+
+	recentNext atomic.Uint32
+	recent     [recentAdapterSlots]recentAdapter
+}
+
+// recentAdapterSlots bounds how many recently routed adapters are remembered
+// per endpoint. vLLM's default --max-loras is 1 and deployments rarely go past
+// 8, so 8 covers the adapters that can be resident at once.
+const recentAdapterSlots = 8
+
+type recentAdapter struct {
+	hash atomic.Uint64
+	at   atomic.Int64 // unix nanoseconds of the last dispatch
+}
+
+// noCopy makes go vet's copylocks check flag copies of an Endpoint.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}
+
+// NewEndpoint returns a healthy endpoint with no metrics yet.
+func NewEndpoint(spec EndpointSpec) *Endpoint {
+	if spec.Name == "" {
+		spec.Name = spec.Address
+	}
+	ep := &Endpoint{EndpointSpec: spec}
+	ep.healthy.Store(true)
+	return ep
+}
+
+// MetricsAddress returns the endpoint's metrics page address.
+func (ep *Endpoint) MetricsAddress() string {
+	if ep.MetricsURL != "" {
+		return ep.MetricsURL
+	}
+	return "http://" + ep.Address + "/metrics"
+}
+
+// Metrics returns the latest published snapshot, or nil before the first
+// successful scrape. The snapshot must not be modified.
+func (ep *Endpoint) Metrics() *Metrics { return ep.metrics.Load() }
+
+// SetMetrics publishes a new snapshot atomically. It takes ownership of m.
+func (ep *Endpoint) SetMetrics(m *Metrics) { ep.metrics.Store(m) }
+
+// Counters returns the endpoint's cumulative local accounting. A scraper
+// takes it just before sending a scrape request and stores it in
+// Metrics.Baseline.
+func (ep *Endpoint) Counters() Counters {
+	return Counters{
+		Dispatched:       ep.dispatched.Load(),
+		Completed:        ep.completed.Load(),
+		DispatchedTokens: ep.dispatchedTokens.Load(),
+		CompletedTokens:  ep.completedTokens.Load(),
+	}
+}
+
+// Dispatch records that a request with the given number of uncached prompt
+// tokens was sent to the endpoint. Every Dispatch must be matched by exactly
+// one Complete with the same token count; the picker does both.
+func (ep *Endpoint) Dispatch(tokens int) {
+	t := max(tokens, 0)
+	ep.inFlight.Add(1)
+	ep.inFlightTokens.Add(int64(t))
+	ep.dispatchedTokens.Add(uint64(t))
+	ep.dispatched.Add(1)
+}
+
+// Complete records that a request dispatched with Dispatch(tokens) finished,
+// successfully or not.
+func (ep *Endpoint) Complete(tokens int) {
+	t := max(tokens, 0)
+	ep.inFlight.Add(-1)
+	ep.inFlightTokens.Add(-int64(t))
+	ep.completedTokens.Add(uint64(t))
+	ep.completed.Add(1)
+}
+
+// InFlight returns the number of requests this process has dispatched to the
+// endpoint and not yet seen complete.
+func (ep *Endpoint) InFlight() int64 { return max(ep.inFlight.Load(), 0) }
+
+// InFlightTokens returns the uncached prompt tokens of the requests in flight.
+func (ep *Endpoint) InFlightTokens() int64 { return max(ep.inFlightTokens.Load(), 0) }
+
+// sinceScrape returns the requests dispatched minus completed since the
+// snapshot's baseline: the work the scraped values do not include yet.
+func (ep *Endpoint) sinceScrape(m *Metrics) float64 {
+	d := float64(ep.dispatched.Load()) - float64(m.Baseline.Dispatched)
+	c := float64(ep.completed.Load()) - float64(m.Baseline.Completed)
+	return d - c
+}
+
+// blend mixes a scrape-based value with the local accounting by the
+// scrape's confidence, so an ageing scrape fades into local knowledge
+// instead of falling off a cliff.
+func blend(scraped, local, conf float64) float64 {
+	return conf*scraped + (1-conf)*local
+}
+
+// QueueDepth returns the number of requests waiting on the endpoint: the
+// scraped queue plus what this process dispatched since minus what completed
+// since (never below zero), faded by the scrape's age toward the local
+// in-flight count. Before any scrape it is the local in-flight count.
+func (ep *Endpoint) QueueDepth(now time.Time, halfLife time.Duration) float64 {
+	return ep.corrected(func(m *Metrics) Reading { return m.Waiting }, now, halfLife)
+}
+
+// RunningRequests returns the number of requests in the endpoint's running
+// batch, corrected by the local accounting like QueueDepth.
+func (ep *Endpoint) RunningRequests(now time.Time, halfLife time.Duration) float64 {
+	return ep.corrected(func(m *Metrics) Reading { return m.Running }, now, halfLife)
+}
+
+func (ep *Endpoint) corrected(field func(*Metrics) Reading, now time.Time, halfLife time.Duration) float64 {
+	local := float64(ep.InFlight())
+	m := ep.metrics.Load()
+	if m == nil {
+		return local
+	}
+	r := field(m)
+	if !r.Known {
+		return local
+	}
+	scraped := max(clampNonNeg(r.Value)+ep.sinceScrape(m), 0)
+	return blend(scraped, local, Confidence(m.ScrapedAt, now, halfLife))
+}
+
+// KVCacheUtilization returns the fraction of the endpoint's KV cache in use,
+// in [0, 1]. When the server publishes its cache size, the tokens dispatched
+// and completed since the scrape are added back, and an ageing scrape fades
+// toward the local in-flight tokens over the capacity. It is unknown when the
+// server does not publish utilisation.
+func (ep *Endpoint) KVCacheUtilization(now time.Time, halfLife time.Duration) (float64, bool) {
+	m := ep.metrics.Load()
+	if m == nil || !m.KVCacheUtilization.Known {
+		return 0, false
+	}
+	u := clamp01(m.KVCacheUtilization.Value)
+	capTokens := float64(m.CapacityTokens())
+	if capTokens <= 0 {
+		return u, true
+	}
+	dt := float64(ep.dispatchedTokens.Load()) - float64(m.Baseline.DispatchedTokens)
+	ct := float64(ep.completedTokens.Load()) - float64(m.Baseline.CompletedTokens)
+	scraped := clamp01(u + (dt-ct)/capTokens)
+	local := clamp01(float64(ep.InFlightTokens()) / capTokens)
+	return blend(scraped, local, Confidence(m.ScrapedAt, now, halfLife)), true
+}
+
+// Residency says how ready an endpoint is to serve a LoRA adapter.
+// Higher is better.
+type Residency int
+
+// Residency levels, from worst to best.
+const (
+	// ResidencyUnknown: the server publishes no adapter state.
+	ResidencyUnknown Residency = iota
+	// ResidencyEvict: every slot is taken by other adapters; serving this one
+	// means waiting for a slot and loading.
+	ResidencyEvict
+	// ResidencyFreeSlot: not resident, but a slot is free to load it.
+	ResidencyFreeSlot
+	// ResidencyWaiting: requests for it are queued, so it will be loaded.
+	ResidencyWaiting
+	// ResidencyRunning: it is in the running batch, or was routed here within
+	// the recency window.
+	ResidencyRunning
+)
+
+// AdapterRecency is how long an adapter routed to an endpoint counts as
+// resident there even before a scrape confirms it.
+const AdapterRecency = 10 * time.Second
+
+// LoRAResidency returns how ready the endpoint is to serve adapter at now,
+// from the scraped running and waiting adapter lists and slot count plus the
+// adapters this process routed to it within AdapterRecency.
+// The empty adapter (the base model) is always ResidencyRunning.
+func (ep *Endpoint) LoRAResidency(adapter string, now time.Time) Residency {
+	if adapter == "" {
+		return ResidencyRunning
+	}
+	if ep.routedRecently(adapter, now) {
+		return ResidencyRunning
+	}
+	m := ep.metrics.Load()
+	if m == nil || !m.LoRAKnown {
+		return ResidencyUnknown
+	}
+	for _, a := range m.RunningAdapters {
+		if a == adapter {
+			return ResidencyRunning
+		}
+	}
+	for _, a := range m.WaitingAdapters {
+		if a == adapter {
+			return ResidencyWaiting
+		}
+	}
+	if m.MaxLoRA <= 0 {
+		// Slots unknown: an adapter that is not resident may still fit.
+		return ResidencyFreeSlot
+	}
+	used := len(m.RunningAdapters) + ep.recentOthers(m, now)
+	if used < m.MaxLoRA {
+		return ResidencyFreeSlot
+	}
+	return ResidencyEvict
+}
+
+// recentOthers counts adapters routed here recently that the scrape does not
+// list as running yet; they occupy slots too.
+func (ep *Endpoint) recentOthers(m *Metrics, now time.Time) int {
+	n := 0
+	cutoff := now.Add(-AdapterRecency).UnixNano()
+	for i := range ep.recent {
+		r := &ep.recent[i]
+		if r.at.Load() < cutoff || r.at.Load() == 0 {
+			continue
+		}
+		h := r.hash.Load()
+		listed := false
+		for _, a := range m.RunningAdapters {
+			if hashString(a) == h {
+				listed = true
+				break
+			}
+		}
+		if !listed {
+			n++
+		}
+	}
+	return n
+}
+
+// NoteAdapter records that a request for adapter was routed to the endpoint
+// at now. The picker calls it on dispatch.
+func (ep *Endpoint) NoteAdapter(adapter string, now time.Time) {
+	if adapter == "" {
+		return
+	}
+	h := hashString(adapter)
+	for i := range ep.recent {
+		if ep.recent[i].hash.Load() == h {
+			ep.recent[i].at.Store(now.UnixNano())
+			return
+		}
+	}
+	i := ep.recentNext.Add(1) % recentAdapterSlots
+	ep.recent[i].at.Store(0)
+	ep.recent[i].hash.Store(h)
+	ep.recent[i].at.Store(now.UnixNano())
+}
+
+func (ep *Endpoint) routedRecently(adapter string, now time.Time) bool {
+	h := hashString(adapter)
+	cutoff := now.Add(-AdapterRecency).UnixNano()
+	for i := range ep.recent {
+		r := &ep.recent[i]
+		if r.hash.Load() == h {
+			at := r.at.Load()
+			return at != 0 && at >= cutoff
+		}
+	}
+	return false
+}
+
+// hashString is 64-bit FNV-1a: deterministic across processes and free of
+// allocation, for short names such as adapters.
+func hashString(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// Healthy reports whether the endpoint may receive traffic.
+func (ep *Endpoint) Healthy() bool { return ep.healthy.Load() }
+
+// ReportScrape records the result of one scrape: after threshold consecutive
+// failures the endpoint is marked unhealthy; a success marks it healthy
+// again. A threshold below 1 is treated as 1.
+func (ep *Endpoint) ReportScrape(err error, threshold int) {
+	if err == nil {
+		ep.scrapeFailures.Store(0)
+		ep.markUp()
+		return
+	}
+	if int(ep.scrapeFailures.Add(1)) >= max(threshold, 1) {
+		ep.MarkDown()
+	}
+}
+
+// ReportConnectError marks the endpoint unhealthy at once: a refused or reset
+// connection is proof, not a hint. The next successful scrape or request
+// brings it back.
+func (ep *Endpoint) ReportConnectError() { ep.MarkDown() }
+
+// ReportSuccess marks the endpoint healthy after a request it served.
+func (ep *Endpoint) ReportSuccess() { ep.markUp() }
+
+// MarkDown marks the endpoint unhealthy. A transition from healthy starts a
+// new generation: whatever was cached there may be gone.
+func (ep *Endpoint) MarkDown() {
+	if ep.healthy.CompareAndSwap(true, false) {
+		ep.generation.Add(1)
+	}
+}
+
+func (ep *Endpoint) markUp() { ep.healthy.Store(true) }
+
+// MarkRestarted starts a new generation without changing health: the scraper
+// calls it when the server's counters reset, a sign that the process
+// restarted and lost its caches.
+func (ep *Endpoint) MarkRestarted() { ep.generation.Add(1) }
+
+// Generation counts the times the endpoint went down or restarted. State
+// keyed to an endpoint's caches (the prefix index) is stale when the
+// generation it was recorded at differs from the current one.
+func (ep *Endpoint) Generation() uint64 { return ep.generation.Load() }
+
+// Throughput returns the endpoint's measured prefill throughput in tokens per
+// second and whether one has been measured.
+func (ep *Endpoint) Throughput() (float64, bool) {
+	v := math.Float64frombits(ep.throughput.Load())
+	return v, v > 0
+}
+
+// SetThroughput publishes a throughput measurement in tokens per second.
+// Non-finite or non-positive values clear it.
+func (ep *Endpoint) SetThroughput(tokensPerSecond float64) {
+	if math.IsNaN(tokensPerSecond) || math.IsInf(tokensPerSecond, 0) || tokensPerSecond <= 0 {
+		ep.throughput.Store(0)
+		return
+	}
+	ep.throughput.Store(math.Float64bits(tokensPerSecond))
+}
+
+func clampNonNeg(v float64) float64 {
+	if v < 0 || math.IsNaN(v) {
+		return 0
+	}
+	return v
+}
+
+func clamp01(v float64) float64 {
+	switch {
+	case v < 0 || math.IsNaN(v):
+		return 0
+	case v > 1:
+		return 1
+	}
+	return v
+}

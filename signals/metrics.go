@@ -1,0 +1,93 @@
+package signals
+
+import (
+	"math"
+	"time"
+)
+
+// Reading is one scraped value and whether the server reported it.
+// The zero Reading is unknown.
+type Reading struct {
+	Value float64
+	Known bool
+}
+
+// Known returns a known Reading of v, or an unknown Reading when v is NaN or
+// infinite. Negative values are kept: each consumer clamps to its own range.
+func Known(v float64) Reading {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return Reading{}
+	}
+	return Reading{Value: v, Known: true}
+}
+
+// Metrics is an immutable snapshot of what one scrape of an endpoint's
+// metrics page said, normalised across model servers. A Metrics is published
+// with Endpoint.SetMetrics and must not be modified afterwards: readers on the
+// pick path hold it without locks.
+type Metrics struct {
+	// ScrapedAt is when the scrape request was sent (not when it returned):
+	// the server's values describe that moment at the latest.
+	ScrapedAt time.Time
+	// Baseline is the endpoint's local accounting (Endpoint.Counters) taken
+	// when the scrape request was sent. Work dispatched or completed since
+	// then is not in the scraped values, and the signals add it back.
+	Baseline Counters
+
+	// Running is the number of requests in the running batch.
+	Running Reading
+	// Waiting is the number of requests queued and not yet scheduled.
+	Waiting Reading
+	// KVCacheUtilization is the fraction of KV-cache blocks in use, in [0, 1].
+	KVCacheUtilization Reading
+	// PrefixCacheHitRate is the server-side prefix-cache hit rate over the
+	// last scrape interval, in [0, 1].
+	PrefixCacheHitRate Reading
+
+	// LoRAKnown reports whether the server published LoRA adapter state
+	// (vLLM's lora_requests_info). When false the adapter fields are empty.
+	LoRAKnown bool
+	// RunningAdapters and WaitingAdapters are the adapters the server has in
+	// its running batch and in its queue.
+	RunningAdapters []string
+	WaitingAdapters []string
+	// MaxLoRA is the number of adapter slots per batch, 0 if unknown.
+	MaxLoRA int
+
+	// BlockSize is the KV-cache block size in tokens, 0 if unknown.
+	BlockSize int
+	// NumBlocks is the number of GPU KV-cache blocks, 0 if unknown.
+	NumBlocks int
+}
+
+// CapacityTokens returns the KV-cache capacity in tokens, or 0 when the
+// server did not publish its cache configuration.
+func (m *Metrics) CapacityTokens() int {
+	if m == nil || m.BlockSize <= 0 || m.NumBlocks <= 0 {
+		return 0
+	}
+	return m.BlockSize * m.NumBlocks
+}
+
+// Counters is the local accounting of one endpoint: what this process
+// dispatched to it and saw complete. The counts are cumulative and only grow.
+type Counters struct {
+	Dispatched       uint64
+	Completed        uint64
+	DispatchedTokens uint64
+	CompletedTokens  uint64
+}
+
+// Confidence returns how much a value scraped at scrapedAt is still to be
+// trusted at now: 1 when fresh, halving every halfLife, never a cliff.
+// A non-positive halfLife means scraped values never age.
+func Confidence(scrapedAt, now time.Time, halfLife time.Duration) float64 {
+	if halfLife <= 0 {
+		return 1
+	}
+	age := now.Sub(scrapedAt)
+	if age <= 0 {
+		return 1
+	}
+	return math.Exp2(-float64(age) / float64(halfLife))
+}
