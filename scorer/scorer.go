@@ -83,3 +83,12 @@ type Env struct {
 	// Estimator predicts TTFT; nil means none.
 	Estimator signals.LatencyEstimator
 }
+
+// Admitter decides, after filtering and before scoring, whether a request is
+// admitted at all. Admit returns ok == false with a short reason to reject
+// it; the picker then fails the pick with an error that wraps
+// picker.ErrSaturated, so a router can answer 429. Admit must be safe for
+// concurrent use, must not block, and must not allocate when it admits.
+type Admitter interface {
+	Admit(ctx context.Context, in *Input) (ok bool, reason string)
+}
