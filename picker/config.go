@@ -1,0 +1,233 @@
+package picker
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/inferroute/inferroute/scorer"
+)
+
+// Config is the picker's configuration: which filters run, which scorers
+// with which weights, how the winner is chosen. It is loaded from YAML or
+// JSON with ParseConfig (one schema for both) and applied with New or, to a
+// running picker, Reconfigure. The zero Config means: no filters, no
+// scorers (every candidate ties), max-score, 2 fallbacks, a 250 ms
+// staleness half-life, fail open.
+type Config struct {
+	// Filters run in order; each removes endpoints that cannot serve.
+	Filters []Plugin `yaml:"filters,omitempty"`
+	// Scorers are summed with their weights.
+	Scorers []Plugin `yaml:"scorers,omitempty"`
+	// Strategy chooses among the scored candidates.
+	Strategy Strategy `yaml:"strategy,omitempty"`
+	// Fallbacks is how many ranked alternatives a Result carries for
+	// retries; nil means DefaultFallbacks. At most MaxFallbacks.
+	Fallbacks *int `yaml:"fallbacks,omitempty"`
+	// StalenessHalfLife is the age at which a scraped value's confidence
+	// halves; 0 means DefaultHalfLife.
+	StalenessHalfLife Duration `yaml:"stalenessHalfLife,omitempty"`
+	// FailClosed makes a filter that removes every endpoint fail the pick
+	// with ErrNoEndpoints. By default (fail open) such a filter is skipped
+	// and the pick continues with the endpoints it was given, so the
+	// least-bad endpoint is chosen rather than none.
+	FailClosed bool `yaml:"failClosed,omitempty"`
+}
+
+// Plugin names a registered filter or scorer, its weight (scorers only) and
+// its parameters.
+type Plugin struct {
+	Name   string        `yaml:"name"`
+	Weight float64       `yaml:"weight,omitempty"`
+	Params scorer.Params `yaml:"params,omitempty"`
+}
+
+// Strategy selects how the winner is drawn from the scored candidates.
+type Strategy struct {
+	// Name is StrategyMaxScore (the default when empty), StrategyWeightedRandom
+	// or StrategySoftmax.
+	Name string `yaml:"name,omitempty"`
+	// Temperature is the softmax temperature in score units (softmax only).
+	Temperature float64 `yaml:"temperature,omitempty"`
+}
+
+// Strategy names.
+const (
+	// StrategyMaxScore picks the highest total, breaking exact ties at random.
+	StrategyMaxScore = "max-score"
+	// StrategyWeightedRandom draws with probability proportional to the
+	// total (Efraimidis–Spirakis A-Res keys).
+	StrategyWeightedRandom = "weighted-random"
+	// StrategySoftmax draws with probability proportional to
+	// exp(total / Temperature).
+	StrategySoftmax = "softmax"
+)
+
+// Defaults.
+const (
+	DefaultFallbacks = 2
+	MaxFallbacks     = 16
+	DefaultHalfLife  = 250 * time.Millisecond
+)
+
+// Duration is a time.Duration written as a Go duration string ("250ms") in
+// YAML and JSON.
+type Duration time.Duration
+
+// UnmarshalYAML parses a duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("want a duration such as \"250ms\"")
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration such as \"250ms\"", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration as a string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// DefaultConfig returns the configuration inferroute recommends: drop
+// endpoints that cannot serve (model, health, subset hint, saturation), then
+// weigh queue 2, KV cache 2, prefix 3, LoRA 1, running 1, predicted latency 3,
+// and pick the maximum.
+//
+// Why these weights: prefix reuse and predicted latency are the two signals
+// that can save whole seconds of TTFT (a prefix hit skips prefill; a fast
+// card on a mixed fleet finishes prefill several times sooner), so they
+// weigh most; queue and KV cache are the load signals that keep affinity
+// from piling up (the Gateway API Inference Extension's default profile
+// weighs queue 2, KV 2, prefix 3); LoRA residency and running batch size
+// break the remaining ties. The benchmark harness tunes them on evidence.
+func DefaultConfig() Config {
+	return Config{
+		Filters: []Plugin{
+			{Name: scorer.FilterModel},
+			{Name: scorer.FilterHealthy},
+			{Name: scorer.FilterSubset},
+			{Name: scorer.FilterSaturation},
+		},
+		Scorers: []Plugin{
+			{Name: scorer.ScorerQueue, Weight: 2},
+			{Name: scorer.ScorerKVCache, Weight: 2},
+			{Name: scorer.ScorerPrefix, Weight: 3},
+			{Name: scorer.ScorerLoRA, Weight: 1},
+			{Name: scorer.ScorerRunning, Weight: 1},
+			{Name: scorer.ScorerLatency, Weight: 3},
+		},
+		Strategy: Strategy{Name: StrategyMaxScore},
+	}
+}
+
+// ParseConfig parses a YAML or JSON configuration. Unknown fields are
+// errors; values are checked when the configuration is compiled by New or
+// Reconfigure, which name the bad field and value.
+func ParseConfig(data []byte) (Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Config{}, nil // an empty document is the zero Config
+		}
+		var te *yaml.TypeError
+		if errors.As(err, &te) && len(te.Errors) > 0 {
+			return Config{}, fmt.Errorf("picker config: %s", te.Errors[0])
+		}
+		return Config{}, fmt.Errorf("picker config: %w", err)
+	}
+	return c, nil
+}
+
+// Marshal writes the configuration as YAML that ParseConfig reads back.
+func (c Config) Marshal() ([]byte, error) { return yaml.Marshal(c) }
+
+// compiled is a validated Config with its plugins built. It is immutable
+// and swapped atomically.
+type compiled struct {
+	filters     []namedFilter
+	scorers     []scorer.Weighted
+	names       []string // scorer names, aligned with scorers
+	strategy    string
+	temperature float64
+	fallbacks   int
+	halfLife    time.Duration
+	failClosed  bool
+}
+
+type namedFilter struct {
+	name   string
+	filter scorer.Filter
+}
+
+// compile validates c and builds its plugins from reg.
+func compile(c Config, reg *scorer.Registry, env scorer.Env) (*compiled, error) {
+	out := &compiled{
+		strategy:    c.Strategy.Name,
+		temperature: c.Strategy.Temperature,
+		fallbacks:   DefaultFallbacks,
+		halfLife:    time.Duration(c.StalenessHalfLife),
+		failClosed:  c.FailClosed,
+	}
+	if out.halfLife < 0 {
+		return nil, fmt.Errorf("stalenessHalfLife: %v is negative", out.halfLife)
+	}
+	if out.halfLife == 0 {
+		out.halfLife = DefaultHalfLife
+	}
+	env.HalfLife = out.halfLife
+	if c.Fallbacks != nil {
+		if *c.Fallbacks < 0 || *c.Fallbacks > MaxFallbacks {
+			return nil, fmt.Errorf("fallbacks: %d is not in [0, %d]", *c.Fallbacks, MaxFallbacks)
+		}
+		out.fallbacks = *c.Fallbacks
+	}
+	switch out.strategy {
+	case "":
+		out.strategy = StrategyMaxScore
+	case StrategyMaxScore, StrategyWeightedRandom:
+	case StrategySoftmax:
+		if !(out.temperature > 0) || math.IsInf(out.temperature, 0) {
+			return nil, fmt.Errorf("strategy.temperature: %v must be a positive number for softmax", out.temperature)
+		}
+	default:
+		return nil, fmt.Errorf("strategy.name: unknown strategy %q (want %s, %s or %s)",
+			out.strategy, StrategyMaxScore, StrategyWeightedRandom, StrategySoftmax)
+	}
+	for i, p := range c.Filters {
+		if p.Weight != 0 {
+			return nil, fmt.Errorf("filters[%d] (%s).weight: filters take no weight", i, p.Name)
+		}
+		f, err := reg.NewFilter(p.Name, p.Params, env)
+		if err != nil {
+			return nil, fmt.Errorf("filters[%d]: %w", i, err)
+		}
+		out.filters = append(out.filters, namedFilter{name: p.Name, filter: f})
+	}
+	seen := make(map[string]bool)
+	for i, p := range c.Scorers {
+		if math.IsNaN(p.Weight) || math.IsInf(p.Weight, 0) || p.Weight < 0 {
+			return nil, fmt.Errorf("scorers[%d] (%s).weight: %v must be a finite number >= 0", i, p.Name, p.Weight)
+		}
+		if seen[p.Name] {
+			return nil, fmt.Errorf("scorers[%d]: %q is listed twice", i, p.Name)
+		}
+		seen[p.Name] = true
+		s, err := reg.NewScorer(p.Name, p.Params, env)
+		if err != nil {
+			return nil, fmt.Errorf("scorers[%d]: %w", i, err)
+		}
+		out.scorers = append(out.scorers, scorer.Weighted{Name: p.Name, Weight: p.Weight, Scorer: s})
+		out.names = append(out.names, p.Name)
+	}
+	return out, nil
+}

@@ -1,0 +1,107 @@
+package picker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/inferroute/inferroute/signals"
+)
+
+// instrumentationName is the OpenTelemetry instrumentation scope.
+const instrumentationName = "github.com/inferroute/inferroute/picker"
+
+// instruments holds the picker's OpenTelemetry metrics. The zero value
+// records nothing (no meter provider configured).
+type instruments struct {
+	enabled  bool
+	duration metric.Float64Histogram
+	picks    metric.Int64Counter
+	errors   metric.Int64Counter
+	outcomes metric.Int64Counter
+
+	// perEndpoint caches one attribute option per endpoint so that a pick
+	// does not build an attribute set (which allocates).
+	perEndpoint sync.Map // *signals.Endpoint -> metric.MeasurementOption
+	errOpts     map[error]metric.MeasurementOption
+}
+
+func (in *instruments) init(mp metric.MeterProvider) error {
+	if mp == nil {
+		return nil
+	}
+	m := mp.Meter(instrumentationName)
+	var err error
+	if in.duration, err = m.Float64Histogram("inferroute.pick.duration",
+		metric.WithUnit("s"), metric.WithDescription("Time spent in Pick."),
+		metric.WithExplicitBucketBoundaries(1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 1e-3)); err != nil {
+		return err
+	}
+	if in.picks, err = m.Int64Counter("inferroute.picks",
+		metric.WithDescription("Requests dispatched, per endpoint.")); err != nil {
+		return err
+	}
+	if in.errors, err = m.Int64Counter("inferroute.pick.errors",
+		metric.WithDescription("Failed picks, by kind.")); err != nil {
+		return err
+	}
+	if in.outcomes, err = m.Int64Counter("inferroute.requests.completed",
+		metric.WithDescription("Requests reported through Done, per endpoint and result.")); err != nil {
+		return err
+	}
+	in.errOpts = map[error]metric.MeasurementOption{
+		ErrNoEndpoints: metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", "no_endpoints"))),
+		ErrSaturated:   metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", "saturated"))),
+	}
+	in.enabled = true
+	return nil
+}
+
+func (in *instruments) endpointOpt(ep *signals.Endpoint) metric.MeasurementOption {
+	if o, ok := in.perEndpoint.Load(ep); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o := metric.WithAttributeSet(attribute.NewSet(attribute.String("endpoint", ep.Name)))
+	actual, _ := in.perEndpoint.LoadOrStore(ep, o)
+	return actual.(metric.MeasurementOption)
+}
+
+func (in *instruments) picked(ctx context.Context, ep *signals.Endpoint, d time.Duration) {
+	if !in.enabled {
+		return
+	}
+	in.duration.Record(ctx, d.Seconds())
+	in.picks.Add(ctx, 1, in.endpointOpt(ep))
+}
+
+func (in *instruments) failed(ctx context.Context, e *Error, d time.Duration) {
+	if !in.enabled {
+		return
+	}
+	in.duration.Record(ctx, d.Seconds())
+	for sentinel, opt := range in.errOpts {
+		if errors.Is(e, sentinel) {
+			in.errors.Add(ctx, 1, opt)
+			return
+		}
+	}
+}
+
+func (in *instruments) done(ep *signals.Endpoint, info DoneInfo) {
+	if !in.enabled {
+		return
+	}
+	result := "ok"
+	switch {
+	case info.ConnectError:
+		result = "connect_error"
+	case info.Err != nil:
+		result = "error"
+	}
+	in.outcomes.Add(context.Background(), 1, metric.WithAttributes(
+		attribute.String("endpoint", ep.Name), attribute.String("result", result)))
+}

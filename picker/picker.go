@@ -1,0 +1,443 @@
+package picker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/inferroute/inferroute/scorer"
+	"github.com/inferroute/inferroute/signals"
+)
+
+// DoneInfo is the outcome of a picked request, reported through
+// Result.Done.
+type DoneInfo = signals.Outcome
+
+// Result is the outcome of a successful Pick.
+type Result struct {
+	// Endpoint is the chosen endpoint.
+	Endpoint *signals.Endpoint
+	// Fallbacks are the next-best endpoints, best first, for retries. The
+	// slice is owned by the picker and valid only until Done is called:
+	// copy it if you need it afterwards.
+	Fallbacks []*signals.Endpoint
+	// Done must be called exactly once with the outcome, whether the request
+	// succeeded, failed, or was abandoned (a cancelled context included):
+	// it releases the endpoint's in-flight accounting and feeds the outcome
+	// to the signals. Calls after the first are no-ops. Never nil, also in
+	// the Result returned with an error. Done may be wrapped: keep the
+	// previous function and call it.
+	Done func(DoneInfo)
+	// Breakdown explains the decision: each candidate's score from each
+	// scorer. Like Fallbacks, it is valid only until Done is called.
+	Breakdown Breakdown
+}
+
+// noopDone is the Done of failed picks.
+func noopDone(DoneInfo) {}
+
+// Picker chooses an endpoint per request: filters, then weighted scorers,
+// then a selection strategy. It is safe for concurrent use. Pick never
+// blocks on I/O and takes no lock: it reads an immutable endpoint snapshot
+// and an immutable compiled configuration, both swapped atomically by
+// writers (SetEndpoints, Reconfigure).
+type Picker struct {
+	opts      options
+	observers []signals.Observer
+	inst      instruments
+	tracer    trace.Tracer
+
+	eps atomic.Pointer[[]*signals.Endpoint]
+	cfg atomic.Pointer[compiled]
+	seq atomic.Uint64
+
+	records sync.Pool
+}
+
+// New returns a Picker with configuration cfg and no endpoints. It fails
+// if cfg is invalid; the error names the bad field and value.
+func New(cfg Config, opts ...Option) (*Picker, error) {
+	p := &Picker{}
+	p.opts.seed = 1
+	for _, o := range opts {
+		o(&p.opts)
+	}
+	if p.opts.clock == nil {
+		p.opts.clock = signals.SystemClock{}
+	}
+	if p.opts.logger == nil {
+		p.opts.logger = slog.New(slog.DiscardHandler)
+	}
+	if p.opts.registry == nil {
+		p.opts.registry = scorer.NewRegistry()
+	}
+	if o, ok := p.opts.matcher.(signals.Observer); ok {
+		p.observers = append(p.observers, o)
+	}
+	if o, ok := p.opts.estimator.(signals.Observer); ok && any(p.opts.estimator) != any(p.opts.matcher) {
+		p.observers = append(p.observers, o)
+	}
+	p.observers = append(p.observers, p.opts.observers...)
+	if p.opts.tracer != nil {
+		p.tracer = p.opts.tracer.Tracer(instrumentationName)
+	}
+	if err := p.inst.init(p.opts.meter); err != nil {
+		return nil, err
+	}
+	empty := []*signals.Endpoint{}
+	p.eps.Store(&empty)
+	if err := p.Reconfigure(cfg); err != nil {
+		return nil, err
+	}
+	p.records.New = func() any {
+		r := &record{p: p}
+		r.rand = rand.New(&r.rng)
+		return r
+	}
+	return p, nil
+}
+
+// Reconfigure validates cfg and swaps it into the running picker
+// atomically. Picks in progress finish with the configuration they started
+// with; outstanding Results keep working and their Done is unaffected. On
+// error the current configuration stays in force.
+func (p *Picker) Reconfigure(cfg Config) error {
+	env := scorer.Env{Matcher: p.opts.matcher, Estimator: p.opts.estimator}
+	c, err := compile(cfg, p.opts.registry, env)
+	if err != nil {
+		return fmt.Errorf("picker config: %w", err)
+	}
+	p.cfg.Store(c)
+	return nil
+}
+
+// SetEndpoints replaces the set of candidate endpoints. The picker keeps
+// its own copy of the slice (not of the endpoints, whose counters must
+// outlive snapshots). Safe to call concurrently with Pick.
+func (p *Picker) SetEndpoints(eps []*signals.Endpoint) {
+	snap := make([]*signals.Endpoint, 0, len(eps))
+	for _, ep := range eps {
+		if ep != nil {
+			snap = append(snap, ep)
+		}
+	}
+	p.eps.Store(&snap)
+}
+
+// Endpoints returns the current endpoint snapshot. The slice must not be
+// modified.
+func (p *Picker) Endpoints() []*signals.Endpoint { return *p.eps.Load() }
+
+// zeroRequest stands in for a nil *signals.Request. It is never written.
+var zeroRequest signals.Request
+
+// Pick chooses an endpoint for req. A nil req is treated as a zero Request.
+//
+// Errors, all of type *Error:
+//   - ErrNoEndpoints when the pool is empty, or when a filter removes every
+//     candidate and the configuration fails closed (Stage "filter", Plugin
+//     naming the filter). Failing open, a filter that would remove every
+//     candidate is skipped instead.
+//   - ErrSaturated when the admission check rejects the request (Stage
+//     "admission"): answer 429 and let the client retry.
+//
+// On error the Result's Done is a no-op and nothing was dispatched. On
+// success the caller must call Result.Done exactly once.
+func (p *Picker) Pick(ctx context.Context, req *signals.Request) (Result, error) {
+	if req == nil {
+		req = &zeroRequest
+	}
+	clock := p.opts.clock
+	now := clock.Now()
+	cfg := p.cfg.Load()
+	eps := *p.eps.Load()
+	if len(eps) == 0 {
+		return p.fail(ctx, now, &Error{Err: ErrNoEndpoints, Stage: "pool", Reason: "no endpoints configured"})
+	}
+
+	var span trace.Span
+	if p.tracer != nil {
+		ctx, span = p.tracer.Start(ctx, "inferroute.Pick")
+		defer span.End()
+	}
+
+	rec := p.records.Get().(*record)
+	rec.cfg = cfg
+	rec.req = req
+	rec.cands = append(rec.cands[:0], eps...)
+	in := &rec.in
+	*in = scorer.Input{Request: req, Endpoints: rec.cands, Now: now}
+
+	for _, f := range cfg.filters {
+		kept := f.filter.Filter(ctx, in)
+		if len(kept) > 0 {
+			in.Endpoints = kept
+			continue
+		}
+		if cfg.failClosed {
+			e := &Error{Err: ErrNoEndpoints, Stage: "filter", Plugin: f.name, Candidates: len(in.Endpoints),
+				Reason: "every candidate was filtered out"}
+			p.release(rec)
+			return p.fail(ctx, now, e)
+		}
+	}
+	n := len(in.Endpoints)
+	rec.grow(n, len(cfg.scorers))
+
+	in.Cached = rec.cached[:n]
+	if p.opts.matcher != nil && len(req.PromptBlocks) > 0 {
+		p.opts.matcher.Match(req, in.Endpoints, in.Cached)
+		for i, v := range in.Cached {
+			in.Cached[i] = scorer.Clamp01(v)
+		}
+	} else {
+		clear(in.Cached)
+	}
+
+	if a := p.opts.admitter; a != nil {
+		if ok, reason := a.Admit(ctx, in); !ok {
+			e := &Error{Err: ErrSaturated, Stage: "admission", Candidates: n, Reason: reason}
+			p.release(rec)
+			return p.fail(ctx, now, e)
+		}
+	}
+
+	total := rec.total[:n]
+	clear(total)
+	for s, w := range cfg.scorers {
+		row := rec.scores[s*n : (s+1)*n]
+		raw := rec.raw[s*n : (s+1)*n]
+		for i := range raw {
+			raw[i] = math.NaN()
+		}
+		in.Raw = raw
+		w.Scorer.Score(ctx, in, row)
+		for i, v := range row {
+			v = scorer.Clamp01(v)
+			row[i] = v
+			total[i] += w.Weight * v
+		}
+	}
+	in.Raw = nil
+	rec.n = n
+
+	rec.rng.Seed(p.opts.seed, p.seq.Add(1))
+	best := choose(cfg, total, rec.rand)
+	rec.ep = in.Endpoints[best]
+	rec.fallbacks = rankFallbacks(rec.fallbacks[:0], in.Endpoints, total, best, cfg.fallbacks)
+
+	ep := rec.ep
+	rec.tokens = int(float64(req.PromptTokens) * (1 - in.Cached[best]))
+	ep.Dispatch(rec.tokens)
+	ep.NoteAdapter(req.Adapter, now)
+	for _, o := range p.observers {
+		o.Dispatched(req, ep)
+	}
+
+	if span != nil && span.IsRecording() {
+		p.annotate(span, rec, best)
+	}
+	p.inst.picked(ctx, ep, clock.Now().Sub(now))
+	if l := p.opts.logger; l.Enabled(ctx, slog.LevelDebug) {
+		l.LogAttrs(ctx, slog.LevelDebug, "picked", slog.String("endpoint", ep.Name),
+			slog.Int("candidates", n), slog.Float64("score", total[best]), slog.String("request", req.ID))
+	}
+
+	gen := rec.gen.Load()
+	return Result{
+		Endpoint:  ep,
+		Fallbacks: rec.fallbacks,
+		Done:      func(info DoneInfo) { rec.finish(gen, info) },
+		Breakdown: Breakdown{rec: rec, gen: gen},
+	}, nil
+}
+
+func (p *Picker) fail(ctx context.Context, now time.Time, e *Error) (Result, error) {
+	p.inst.failed(ctx, e, p.opts.clock.Now().Sub(now))
+	return Result{Done: noopDone}, e
+}
+
+// release returns a record that was not handed out.
+func (p *Picker) release(rec *record) {
+	rec.req, rec.cfg, rec.ep = nil, nil, nil
+	rec.in = scorer.Input{}
+	p.records.Put(rec)
+}
+
+func (p *Picker) annotate(span trace.Span, rec *record, best int) {
+	n := rec.n
+	span.SetAttributes(
+		attribute.String("inferroute.endpoint", rec.ep.Name),
+		attribute.String("inferroute.address", rec.ep.Address),
+		attribute.Int("inferroute.candidates", n),
+		attribute.Float64("inferroute.score", rec.total[best]),
+	)
+	for s, w := range rec.cfg.scorers {
+		span.SetAttributes(attribute.Float64("inferroute.score."+w.Name, w.Weight*rec.scores[s*n+best]))
+	}
+}
+
+// record is the per-pick scratch space and the state Done needs. Records
+// are pooled: a record goes back to the pool when Done is called, and its
+// generation counter makes Done calls on a recycled record no-ops.
+type record struct {
+	p   *Picker
+	gen atomic.Uint64
+
+	cfg    *compiled
+	req    *signals.Request
+	ep     *signals.Endpoint
+	tokens int
+	n      int
+
+	in        scorer.Input
+	cands     []*signals.Endpoint
+	cached    []float64
+	scores    []float64 // scorer-major: scores[s*n+i]
+	raw       []float64 // aligned with scores
+	total     []float64
+	fallbacks []*signals.Endpoint
+
+	rng  rand.PCG
+	rand *rand.Rand // reads rng
+}
+
+// grow sizes the scratch slices for n candidates and k scorers.
+func (r *record) grow(n, k int) {
+	if cap(r.cached) < n {
+		r.cached = make([]float64, n)
+		r.total = make([]float64, n)
+	}
+	if cap(r.scores) < n*k {
+		r.scores = make([]float64, n*k)
+		r.raw = make([]float64, n*k)
+	}
+	r.scores, r.raw = r.scores[:n*k], r.raw[:n*k]
+}
+
+// finish is Done: it runs once per generation.
+func (r *record) finish(gen uint64, info DoneInfo) {
+	if !r.gen.CompareAndSwap(gen, gen+1) {
+		return
+	}
+	p, ep, req := r.p, r.ep, r.req
+	ep.Complete(r.tokens)
+	switch {
+	case info.ConnectError:
+		ep.ReportConnectError()
+	case info.Err == nil:
+		ep.ReportSuccess()
+	}
+	for _, o := range p.observers {
+		o.Completed(req, ep, info)
+	}
+	p.inst.done(ep, info)
+	p.release(r)
+}
+
+// choose returns the index of the winner among totals (len ≥ 1).
+func choose(cfg *compiled, total []float64, rng *rand.Rand) int {
+	switch cfg.strategy {
+	case StrategyWeightedRandom:
+		return weightedRandom(total, rng)
+	case StrategySoftmax:
+		return softmax(total, cfg.temperature, rng)
+	}
+	return maxScore(total, rng)
+}
+
+// maxScore returns the index of the highest total, choosing uniformly among
+// exact ties (reservoir sampling, one pass).
+func maxScore(total []float64, rng *rand.Rand) int {
+	best, ties := 0, 1
+	for i := 1; i < len(total); i++ {
+		switch {
+		case total[i] > total[best]:
+			best, ties = i, 1
+		case total[i] == total[best]:
+			ties++
+			if rng.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return best
+}
+
+// weightedRandom draws index i with probability total[i]/Σtotal using
+// Efraimidis–Spirakis keys u^(1/w), compared as log(u)/w (Efraimidis and
+// Spirakis, "Weighted random sampling with a reservoir", IPL 2006). If all
+// weights are zero it draws uniformly.
+func weightedRandom(total []float64, rng *rand.Rand) int {
+	best, bestKey := -1, math.Inf(-1)
+	for i, w := range total {
+		if w <= 0 {
+			continue
+		}
+		key := math.Log(1-rng.Float64()) / w // 1-u is in (0, 1]
+		if key > bestKey {
+			best, bestKey = i, key
+		}
+	}
+	if best < 0 {
+		return rng.IntN(len(total))
+	}
+	return best
+}
+
+// softmax draws index i with probability ∝ exp(total[i]/t).
+func softmax(total []float64, t float64, rng *rand.Rand) int {
+	hi := math.Inf(-1)
+	for _, v := range total {
+		hi = max(hi, v)
+	}
+	var sum float64
+	for _, v := range total {
+		sum += math.Exp((v - hi) / t)
+	}
+	u := rng.Float64() * sum
+	for i, v := range total {
+		u -= math.Exp((v - hi) / t)
+		if u < 0 {
+			return i
+		}
+	}
+	return len(total) - 1
+}
+
+// rankFallbacks appends to dst up to k candidates other than best, highest
+// total first (ties in candidate order). O(n·k), k is small.
+func rankFallbacks(dst []*signals.Endpoint, eps []*signals.Endpoint, total []float64, best, k int) []*signals.Endpoint {
+	k = min(k, len(eps)-1)
+	prev := math.Inf(1)
+	prevIdx := -1
+	for len(dst) < k {
+		next := -1
+		for i, v := range total {
+			if i == best {
+				continue
+			}
+			// Strictly below the previous pick, or equal and later in order.
+			if v > prev || (v == prev && i <= prevIdx) {
+				continue
+			}
+			if next < 0 || v > total[next] {
+				next = i
+			}
+		}
+		if next < 0 {
+			break
+		}
+		dst = append(dst, eps[next])
+		prev, prevIdx = total[next], next
+	}
+	return dst
+}

@@ -1,0 +1,339 @@
+package scorer
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/inferroute/inferroute/signals"
+)
+
+// Compile-time guards.
+var (
+	_ Scorer = (*QueueScorer)(nil)
+	_ Scorer = (*KVCacheScorer)(nil)
+	_ Scorer = (*RunningScorer)(nil)
+	_ Scorer = (*LoRAScorer)(nil)
+	_ Scorer = (*TokenLoadScorer)(nil)
+)
+
+// QueueScorer prefers endpoints with fewer waiting requests. Raw values are
+// the corrected queue depths (signals.Endpoint.QueueDepth); scores are
+// InverseMinMax across the candidates, so the shortest queue scores 1.
+type QueueScorer struct {
+	// HalfLife ages scraped values; 0 never ages them.
+	HalfLife time.Duration
+}
+
+// Score implements Scorer.
+func (s *QueueScorer) Score(_ context.Context, in *Input, out []float64) {
+	for i, ep := range in.Endpoints {
+		out[i] = ep.QueueDepth(in.Now, s.HalfLife)
+	}
+	copy(in.Raw, out)
+	InverseMinMax(out)
+}
+
+// RunningScorer prefers endpoints with smaller running batches. Raw values
+// are the corrected running counts; scores are InverseMinMax.
+type RunningScorer struct {
+	// HalfLife ages scraped values; 0 never ages them.
+	HalfLife time.Duration
+}
+
+// Score implements Scorer.
+func (s *RunningScorer) Score(_ context.Context, in *Input, out []float64) {
+	for i, ep := range in.Endpoints {
+		out[i] = ep.RunningRequests(in.Now, s.HalfLife)
+	}
+	copy(in.Raw, out)
+	InverseMinMax(out)
+}
+
+// KVCacheScorer prefers endpoints with free KV cache. The score is
+// 1 − utilisation on a fixed scale, so a half-full cache scores 0.5 in every
+// pick (unlike a min-max score, which would call the emptier of two nearly
+// full caches perfect). Unknown utilisation scores Neutral.
+type KVCacheScorer struct {
+	// HalfLife ages scraped values; 0 never ages them.
+	HalfLife time.Duration
+}
+
+// Score implements Scorer.
+func (s *KVCacheScorer) Score(_ context.Context, in *Input, out []float64) {
+	for i, ep := range in.Endpoints {
+		u, ok := ep.KVCacheUtilization(in.Now, s.HalfLife)
+		if !ok {
+			u = math.NaN()
+		}
+		out[i] = u
+	}
+	copy(in.Raw, out)
+	Invert(out)
+}
+
+// LoRAScorer prefers endpoints where the request's adapter is already
+// resident: running 1, waiting 0.8, a free slot 0.6, unknown Neutral, every
+// slot taken by other adapters 0. Requests without an adapter score 1
+// everywhere.
+type LoRAScorer struct{}
+
+// loraScores maps a Residency to its score.
+var loraScores = [...]float64{
+	signals.ResidencyUnknown:  Neutral,
+	signals.ResidencyEvict:    0,
+	signals.ResidencyFreeSlot: 0.6,
+	signals.ResidencyWaiting:  0.8,
+	signals.ResidencyRunning:  1,
+}
+
+// Score implements Scorer.
+func (LoRAScorer) Score(_ context.Context, in *Input, out []float64) {
+	for i, ep := range in.Endpoints {
+		r := ep.LoRAResidency(in.Request.Adapter, in.Now)
+		in.Raw[i] = float64(r)
+		out[i] = loraScores[r]
+	}
+}
+
+// TokenLoadScorer prefers endpoints with the least prefill work in flight
+// from this process: in-flight uncached prompt tokens divided by the
+// endpoint's measured throughput when known (seconds of work), else the raw
+// token count. Scores are InverseMinMax. When some candidates have a
+// measured throughput and others do not, the unmeasured ones are assumed to
+// run at the mean of the measured ones, so the units stay comparable.
+type TokenLoadScorer struct{}
+
+// Score implements Scorer.
+func (TokenLoadScorer) Score(_ context.Context, in *Input, out []float64) {
+	var sum float64
+	var n int
+	for _, ep := range in.Endpoints {
+		if tp, ok := ep.Throughput(); ok {
+			sum += tp
+			n++
+		}
+	}
+	mean := 1.0
+	if n > 0 {
+		mean = sum / float64(n)
+	}
+	for i, ep := range in.Endpoints {
+		tp, ok := ep.Throughput()
+		if !ok {
+			tp = mean
+		}
+		out[i] = float64(ep.InFlightTokens()) / tp
+	}
+	copy(in.Raw, out)
+	InverseMinMax(out)
+}
+
+// Compile-time guards.
+var (
+	_ Filter = (*ModelFilter)(nil)
+	_ Filter = (*HealthyFilter)(nil)
+	_ Filter = (*SaturationFilter)(nil)
+	_ Filter = (*SubsetFilter)(nil)
+)
+
+// keep compacts the endpoints for which ok is true to the front of eps, in
+// order, and returns them. When none is kept eps is left unchanged.
+func keep(eps []*signals.Endpoint, ok func(*signals.Endpoint) bool) []*signals.Endpoint {
+	n := 0
+	for _, ep := range eps {
+		if ok(ep) {
+			eps[n] = ep
+			n++
+		}
+	}
+	return eps[:n]
+}
+
+// ModelFilter keeps endpoints that serve the request's model and adapter.
+// An endpoint with no Model serves any model; an endpoint with nil Adapters
+// may load any adapter. A request with no model passes every endpoint.
+type ModelFilter struct{}
+
+// Filter implements Filter.
+func (ModelFilter) Filter(_ context.Context, in *Input) []*signals.Endpoint {
+	req := in.Request
+	return keep(in.Endpoints, func(ep *signals.Endpoint) bool {
+		if req.Model != "" && ep.Model != "" && ep.Model != req.Model {
+			return false
+		}
+		if req.Adapter == "" || ep.Adapters == nil {
+			return true
+		}
+		for _, a := range ep.Adapters {
+			if a == req.Adapter {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// HealthyFilter keeps endpoints marked healthy: not after consecutive
+// failed scrapes, not after a connect error reported through Done, until a
+// success brings them back.
+type HealthyFilter struct{}
+
+// Filter implements Filter.
+func (HealthyFilter) Filter(_ context.Context, in *Input) []*signals.Endpoint {
+	return keep(in.Endpoints, (*signals.Endpoint).Healthy)
+}
+
+// SaturationFilter drops endpoints whose KV cache utilisation or queue depth
+// is at or over its threshold. If every endpoint is over, it keeps the least
+// saturated one (the lowest of max(kv/KVThreshold, queue/QueueThreshold)),
+// so saturation alone never empties the pool. A zero threshold disables
+// that check.
+type SaturationFilter struct {
+	// KVThreshold is the utilisation in (0, 1] at which an endpoint is saturated.
+	KVThreshold float64 `yaml:"kvThreshold" json:"kvThreshold"`
+	// QueueThreshold is the queue depth at which an endpoint is saturated.
+	QueueThreshold float64 `yaml:"queueThreshold" json:"queueThreshold"`
+	// HalfLife ages the scraped values (set from Env by the registry).
+	HalfLife time.Duration `yaml:"-" json:"-"`
+}
+
+// DefaultSaturationFilter returns the thresholds used when none are
+// configured: KV 0.95 (vLLM starts preempting as the cache fills; a pod this
+// full will preempt on the next long prompt) and 64 waiting requests.
+func DefaultSaturationFilter() SaturationFilter {
+	return SaturationFilter{KVThreshold: 0.95, QueueThreshold: 64}
+}
+
+func (f *SaturationFilter) validate() error {
+	if f.KVThreshold < 0 || f.KVThreshold > 1 || math.IsNaN(f.KVThreshold) {
+		return fmt.Errorf("kvThreshold: %v is not in [0, 1]", f.KVThreshold)
+	}
+	if f.QueueThreshold < 0 || math.IsNaN(f.QueueThreshold) {
+		return fmt.Errorf("queueThreshold: %v is negative", f.QueueThreshold)
+	}
+	return nil
+}
+
+// saturation returns how saturated ep is: ≥ 1 means over a threshold.
+func (f *SaturationFilter) saturation(ep *signals.Endpoint, in *Input) float64 {
+	var s float64
+	if f.KVThreshold > 0 {
+		if u, ok := ep.KVCacheUtilization(in.Now, f.HalfLife); ok {
+			s = u / f.KVThreshold
+		}
+	}
+	if f.QueueThreshold > 0 {
+		s = max(s, ep.QueueDepth(in.Now, f.HalfLife)/f.QueueThreshold)
+	}
+	return s
+}
+
+// Filter implements Filter.
+func (f *SaturationFilter) Filter(_ context.Context, in *Input) []*signals.Endpoint {
+	best, bestSat := -1, math.Inf(1)
+	n := 0
+	for i, ep := range in.Endpoints {
+		s := f.saturation(ep, in)
+		if s < bestSat {
+			best, bestSat = i, s
+		}
+		if s < 1 {
+			n++
+		}
+	}
+	if n == 0 {
+		if best < 0 {
+			return in.Endpoints[:0]
+		}
+		in.Endpoints[0] = in.Endpoints[best]
+		return in.Endpoints[:1]
+	}
+	return keep(in.Endpoints, func(ep *signals.Endpoint) bool { return f.saturation(ep, in) < 1 })
+}
+
+// SubsetFilter restricts the candidates to a subset named in request
+// headers: a comma-separated list of endpoint addresses (the Gateway API
+// Inference Extension's subset hint) and/or a comma-separated list of
+// key=value labels that must all match. A request without the headers
+// passes every endpoint. Unknown addresses in the hint are ignored; a hint
+// that matches nothing empties the set (the picker's fail policy decides).
+type SubsetFilter struct {
+	// AddressHeader names the header with the address subset.
+	AddressHeader string `yaml:"addressHeader" json:"addressHeader"`
+	// LabelHeader names the header with the label selector.
+	LabelHeader string `yaml:"labelHeader" json:"labelHeader"`
+}
+
+// DefaultSubsetFilter returns the header names used when none are
+// configured.
+func DefaultSubsetFilter() SubsetFilter {
+	return SubsetFilter{
+		AddressHeader: "x-gateway-destination-endpoint-subset",
+		LabelHeader:   "x-inferroute-labels",
+	}
+}
+
+// Filter implements Filter.
+func (f *SubsetFilter) Filter(_ context.Context, in *Input) []*signals.Endpoint {
+	h := in.Request.Headers
+	if h == nil {
+		return in.Endpoints
+	}
+	addrs := h.Get(f.AddressHeader)
+	labels := h.Get(f.LabelHeader)
+	if addrs == "" && labels == "" {
+		return in.Endpoints
+	}
+	return keep(in.Endpoints, func(ep *signals.Endpoint) bool {
+		if addrs != "" && !listHas(addrs, ep.Address) {
+			return false
+		}
+		return labels == "" || labelsMatch(labels, ep.Labels)
+	})
+}
+
+// listHas reports whether the comma-separated list contains s, ignoring
+// spaces around items, without allocating.
+func listHas(list, s string) bool {
+	for list != "" {
+		item := list
+		if i := strings.IndexByte(list, ','); i >= 0 {
+			item, list = list[:i], list[i+1:]
+		} else {
+			list = ""
+		}
+		if strings.TrimSpace(item) == s {
+			return true
+		}
+	}
+	return false
+}
+
+// labelsMatch reports whether every key=value item of the comma-separated
+// selector is in labels. An item without '=' requires the key to exist.
+func labelsMatch(sel string, labels map[string]string) bool {
+	for sel != "" {
+		item := sel
+		if i := strings.IndexByte(sel, ','); i >= 0 {
+			item, sel = sel[:i], sel[i+1:]
+		} else {
+			sel = ""
+		}
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		k, v, hasV := item, "", false
+		if i := strings.IndexByte(item, '='); i >= 0 {
+			k, v, hasV = strings.TrimSpace(item[:i]), strings.TrimSpace(item[i+1:]), true
+		}
+		got, ok := labels[k]
+		if !ok || (hasV && got != v) {
+			return false
+		}
+	}
+	return true
+}
