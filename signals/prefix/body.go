@@ -1,0 +1,920 @@
+package prefix
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// BytesPerToken is the number of rendered bytes HashBody counts per token id
+// when a prompt is given as token ids, so that promptBytes/BytesPerToken
+// estimates the prompt's tokens whatever its form.
+const BytesPerToken = 4
+
+// ErrBadBody is returned, wrapped with the byte offset, by HashBody when the
+// request body is not well-formed JSON or its prompt fields have the wrong
+// shape.
+var ErrBadBody = errors.New("prefix: malformed request body")
+
+// maxDepth bounds JSON nesting so that a hostile body cannot exhaust the
+// stack.
+const maxDepth = 256
+
+// Separators of the rendered prompt: ASCII record, unit and group
+// separators, which do not occur in ordinary prompt text.
+const (
+	sepMessage = 0x1e // before each message: role follows
+	sepField   = 0x1f // after the role and the name
+	sepPart    = 0x1d // before a structured part (tool calls, non-text content)
+)
+
+// HashBody renders the prompt of an OpenAI-style JSON request body and
+// appends its chained block hashes to dst, like HashText on the rendered
+// text or HashTokens on the body's token ids. It returns the extended slice,
+// the rendered prompt length in bytes (BytesPerToken per token for token-id
+// prompts; every prompt of a batch counted), and ErrBadBody (wrapped) for a
+// malformed body, in which case dst is returned unchanged.
+//
+// Recognised fields, wherever they appear in the object:
+//   - chat completions: "tools" (rendered first, as their raw JSON), then
+//     "messages": each message renders as its role, name, content (a string,
+//     or the text parts of a content array; other parts such as images as
+//     their raw JSON, so a different image is a different prefix), tool calls
+//     and tool_call_id, in that order whatever the key order of the body;
+//   - completions "prompt": a string renders as itself, so HashBody of
+//     {"prompt":"…"} equals HashText of the string; an array of strings or of
+//     token-id arrays is a batch, of which the first prompt is hashed; an
+//     array of numbers is hashed as token ids;
+//   - /v1/responses and /v1/embeddings "input", like "prompt" when it is a
+//     string or ids, or as messages when it is an array of items; the
+//     responses "instructions" render as a leading system message.
+//
+// A body with none of these fields has no blocks and no error. HashBody
+// scans the body once without decoding it into maps, does not retain body,
+// and is safe for concurrent use.
+func (h *Hasher) HashBody(dst []uint64, model, adapter string, body []byte) (blocks []uint64, promptBytes int, err error) {
+	st := h.getState(dst, model, adapter)
+	defer h.putState(st)
+	n, err := st.render(body)
+	if err != nil {
+		return dst, 0, err
+	}
+	return st.text.dst, n, nil
+}
+
+// renderBody renders body's prompt as HashBody sees it, appended to out; for
+// tests and debugging.
+func (h *Hasher) renderBody(out []byte, body []byte) ([]byte, int, error) {
+	st := h.getState(nil, "", "")
+	defer h.putState(st)
+	st.text.keep = true
+	st.text.kept = out
+	n, err := st.render(body)
+	return st.text.kept, n, err
+}
+
+// bodyState is the per-call state of HashBody, pooled.
+type bodyState struct {
+	h    *Hasher
+	text textSink
+	tok  tokenSink
+	s    scan
+}
+
+func (h *Hasher) getState(dst []uint64, model, adapter string) *bodyState {
+	st, _ := h.pool().Get().(*bodyState)
+	if st == nil {
+		st = &bodyState{h: h}
+		st.text.buf = make([]byte, h.cfg.BlockBytes)
+		st.tok.buf = make([]int, h.cfg.TokenBlock)
+	}
+	st.text.reset(h, dst, h.seed(domainText, model, adapter))
+	st.tok.reset(h, dst, h.seed(domainTokens, model, adapter))
+	return st
+}
+
+func (h *Hasher) putState(st *bodyState) {
+	st.text.dst = nil
+	st.text.kept = nil
+	st.text.keep = false
+	st.tok.dst = nil
+	st.s = scan{}
+	h.pool().Put(st)
+}
+
+func (h *Hasher) pool() *sync.Pool { return &h.states }
+
+// span is a byte range [start, end) of the body.
+type span struct{ start, end int }
+
+func (sp span) ok() bool { return sp.end > sp.start }
+
+// render scans the body, then renders the recognised fields in a fixed
+// order and returns the prompt length.
+func (st *bodyState) render(body []byte) (int, error) {
+	s := &st.s
+	*s = scan{b: body}
+	var tools, instr, msgs, prompt, input span
+	s.ws()
+	if !s.eat('{') {
+		return 0, s.fail()
+	}
+	s.ws()
+	if !s.eat('}') {
+		for {
+			s.ws()
+			ks, ke, _, ok := s.str()
+			if !ok {
+				return 0, s.fail()
+			}
+			s.ws()
+			if !s.eat(':') {
+				return 0, s.fail()
+			}
+			s.ws()
+			v0 := s.i
+			if !s.skip(0) {
+				return 0, s.fail()
+			}
+			v := span{v0, s.i}
+			switch string(body[ks:ke]) {
+			case "messages":
+				msgs = v
+			case "prompt":
+				prompt = v
+			case "input":
+				input = v
+			case "instructions":
+				instr = v
+			case "tools":
+				tools = v
+			}
+			s.ws()
+			if s.eat(',') {
+				continue
+			}
+			if s.eat('}') {
+				break
+			}
+			return 0, s.fail()
+		}
+	}
+	switch {
+	case msgs.ok():
+		return st.chat(tools, instr, msgs)
+	case prompt.ok():
+		return st.promptValue(prompt, span{}, span{})
+	case input.ok():
+		return st.promptValue(input, tools, instr)
+	}
+	return 0, nil
+}
+
+// chat renders tools, instructions and a messages array.
+func (st *bodyState) chat(tools, instr, msgs span) (int, error) {
+	b := st.s.b
+	w := &st.text
+	if tools.ok() && !isNull(b[tools.start:tools.end]) {
+		w.writeByte(sepMessage)
+		w.writeString("tools")
+		w.writeByte(sepField)
+		w.write(b[tools.start:tools.end])
+	}
+	if instr.ok() && b[instr.start] == '"' {
+		w.writeByte(sepMessage)
+		w.writeString("system")
+		w.writeByte(sepField)
+		if err := st.stringAt(instr.start); err != nil {
+			return 0, err
+		}
+	}
+	if msgs.ok() {
+		if err := st.messages(msgs); err != nil {
+			return 0, err
+		}
+	}
+	return w.total, nil
+}
+
+// promptValue renders a completions prompt or a responses/embeddings input.
+func (st *bodyState) promptValue(v, tools, instr span) (int, error) {
+	b := st.s.b
+	switch b[v.start] {
+	case '"':
+		if tools.ok() || instr.ok() {
+			if _, err := st.chat(tools, instr, span{}); err != nil {
+				return 0, err
+			}
+		}
+		if err := st.stringAt(v.start); err != nil {
+			return 0, err
+		}
+		return st.text.total, nil
+	case '[':
+	default:
+		if isNull(b[v.start:v.end]) {
+			return 0, nil
+		}
+		return 0, st.failAt(v.start)
+	}
+	// An array: look at its first element to tell strings, ids, id arrays
+	// and message items apart.
+	s := &st.s
+	s.i = v.start + 1
+	s.ws()
+	if s.i >= v.end || s.b[s.i] == ']' {
+		return 0, nil
+	}
+	switch c := s.b[s.i]; {
+	case c == '{':
+		return st.chat(tools, instr, v)
+	case c == '"':
+		return st.stringBatch(v)
+	case c == '[':
+		return st.tokenBatch(v)
+	default:
+		n, err := st.tokens(v)
+		if err != nil {
+			return 0, err
+		}
+		st.text.dst = st.tok.dst
+		return n * BytesPerToken, nil
+	}
+}
+
+// stringBatch hashes the first string of an array of strings and counts
+// the bytes of all of them.
+func (st *bodyState) stringBatch(v span) (int, error) {
+	s := &st.s
+	s.i = v.start + 1
+	first := true
+	for {
+		s.ws()
+		if s.i >= len(s.b) || s.b[s.i] != '"' {
+			return 0, s.fail()
+		}
+		if err := st.stringAt(s.i); err != nil {
+			return 0, err
+		}
+		if first {
+			st.text.left = 0 // later prompts are counted, not hashed
+			st.text.keep = false
+			first = false
+		}
+		s.ws()
+		if s.eat(',') {
+			continue
+		}
+		if s.eat(']') {
+			return st.text.total, nil
+		}
+		return 0, s.fail()
+	}
+}
+
+// tokenBatch hashes the first token-id array of an array of arrays and
+// counts the ids of all of them.
+func (st *bodyState) tokenBatch(v span) (int, error) {
+	s := &st.s
+	s.i = v.start + 1
+	total := 0
+	for {
+		s.ws()
+		start := s.i
+		if !s.skip(0) {
+			return 0, s.fail()
+		}
+		if s.b[start] != '[' {
+			return 0, st.failAt(start)
+		}
+		end := s.i
+		n, err := st.tokens(span{start, end})
+		if err != nil {
+			return 0, err
+		}
+		total += n
+		st.tok.left = 0
+		s.i = end
+		s.ws()
+		if s.eat(',') {
+			continue
+		}
+		if s.eat(']') {
+			st.text.dst = st.tok.dst
+			return total * BytesPerToken, nil
+		}
+		return 0, s.fail()
+	}
+}
+
+// tokens feeds an array of integers to the token sink and returns their
+// number.
+func (st *bodyState) tokens(v span) (int, error) {
+	b := st.s.b
+	i := v.start + 1
+	n := 0
+	for {
+		for i < v.end && isSpace(b[i]) {
+			i++
+		}
+		if i < v.end && b[i] == ']' && n == 0 {
+			return 0, nil
+		}
+		x, j, ok := parseInt(b, i)
+		if !ok {
+			return 0, st.failAt(i)
+		}
+		st.tok.add(x)
+		n++
+		i = j
+		for i < v.end && isSpace(b[i]) {
+			i++
+		}
+		if i < v.end && b[i] == ',' {
+			i++
+			continue
+		}
+		if i < v.end && b[i] == ']' {
+			return n, nil
+		}
+		return 0, st.failAt(i)
+	}
+}
+
+// messages renders an array of chat messages or responses input items.
+func (st *bodyState) messages(v span) error {
+	s := &st.s
+	s.i = v.start
+	if !s.eat('[') {
+		return s.fail()
+	}
+	s.ws()
+	if s.eat(']') {
+		return nil
+	}
+	for {
+		s.ws()
+		start := s.i
+		if start >= len(s.b) || s.b[start] != '{' {
+			return s.fail()
+		}
+		if !s.skip(0) {
+			return s.fail()
+		}
+		end := s.i
+		if err := st.message(span{start, end}); err != nil {
+			return err
+		}
+		s.i = end
+		s.ws()
+		if s.eat(',') {
+			continue
+		}
+		if s.eat(']') {
+			return nil
+		}
+		return s.fail()
+	}
+}
+
+// message renders one message object: role, name, content, tool calls and
+// tool_call_id in that order; an item with neither role nor content (a
+// responses function_call, say) renders as its raw JSON.
+func (st *bodyState) message(m span) error {
+	s := &st.s
+	b := s.b
+	w := &st.text
+	var role, name, content, calls, callID span
+	s.i = m.start + 1
+	s.ws()
+	if !s.eat('}') {
+		for {
+			s.ws()
+			ks, ke, _, ok := s.str()
+			if !ok {
+				return s.fail()
+			}
+			s.ws()
+			if !s.eat(':') {
+				return s.fail()
+			}
+			s.ws()
+			v0 := s.i
+			if !s.skip(1) {
+				return s.fail()
+			}
+			v := span{v0, s.i}
+			switch string(b[ks:ke]) {
+			case "role":
+				role = v
+			case "name":
+				name = v
+			case "content":
+				content = v
+			case "tool_calls":
+				calls = v
+			case "tool_call_id":
+				callID = v
+			}
+			s.ws()
+			if s.eat(',') {
+				continue
+			}
+			if s.eat('}') {
+				break
+			}
+			return s.fail()
+		}
+	}
+	if !role.ok() && !content.ok() {
+		w.writeByte(sepMessage)
+		w.writeByte(sepPart)
+		w.write(b[m.start:m.end])
+		return nil
+	}
+	w.writeByte(sepMessage)
+	if role.ok() && b[role.start] == '"' {
+		if err := st.stringAt(role.start); err != nil {
+			return err
+		}
+	}
+	w.writeByte(sepField)
+	if name.ok() && b[name.start] == '"' {
+		if err := st.stringAt(name.start); err != nil {
+			return err
+		}
+		w.writeByte(sepField)
+	}
+	if content.ok() {
+		switch b[content.start] {
+		case '"':
+			if err := st.stringAt(content.start); err != nil {
+				return err
+			}
+		case '[':
+			if err := st.parts(content); err != nil {
+				return err
+			}
+		}
+	}
+	if calls.ok() && !isNull(b[calls.start:calls.end]) {
+		w.writeByte(sepPart)
+		w.write(b[calls.start:calls.end])
+	}
+	if callID.ok() && b[callID.start] == '"' {
+		w.writeByte(sepPart)
+		if err := st.stringAt(callID.start); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parts renders a content array: text parts as their text, other parts as
+// their raw JSON.
+func (st *bodyState) parts(v span) error {
+	s := &st.s
+	b := s.b
+	s.i = v.start + 1
+	s.ws()
+	if s.eat(']') {
+		return nil
+	}
+	for {
+		s.ws()
+		start := s.i
+		if !s.skip(2) {
+			return s.fail()
+		}
+		end := s.i
+		switch b[start] {
+		case '"':
+			if err := st.stringAt(start); err != nil {
+				return err
+			}
+		case '{':
+			if err := st.part(span{start, end}); err != nil {
+				return err
+			}
+		default:
+			return st.failAt(start)
+		}
+		s.i = end
+		s.ws()
+		if s.eat(',') {
+			continue
+		}
+		if s.eat(']') {
+			return nil
+		}
+		return s.fail()
+	}
+}
+
+// part renders one content part.
+func (st *bodyState) part(p span) error {
+	s := &st.s
+	b := s.b
+	var text span
+	isText := false
+	s.i = p.start + 1
+	s.ws()
+	if !s.eat('}') {
+		for {
+			s.ws()
+			ks, ke, _, ok := s.str()
+			if !ok {
+				return s.fail()
+			}
+			s.ws()
+			if !s.eat(':') {
+				return s.fail()
+			}
+			s.ws()
+			v0 := s.i
+			if !s.skip(3) {
+				return s.fail()
+			}
+			switch string(b[ks:ke]) {
+			case "text":
+				text = span{v0, s.i}
+			case "type":
+				switch string(b[v0:s.i]) {
+				case `"text"`, `"input_text"`, `"output_text"`:
+					isText = true
+				}
+			}
+			s.ws()
+			if s.eat(',') {
+				continue
+			}
+			if s.eat('}') {
+				break
+			}
+			return s.fail()
+		}
+	}
+	if isText && text.ok() && b[text.start] == '"' {
+		return st.stringAt(text.start)
+	}
+	st.text.writeByte(sepPart)
+	st.text.write(b[p.start:p.end])
+	return nil
+}
+
+// stringAt writes the unescaped JSON string starting at the quote at i and
+// leaves the scanner after it.
+func (st *bodyState) stringAt(i int) error {
+	s := &st.s
+	s.i = i
+	start, end, esc, ok := s.str()
+	if !ok {
+		return s.fail()
+	}
+	if !esc {
+		st.text.write(s.b[start:end])
+		return nil
+	}
+	if !st.unescape(s.b[start:end]) {
+		return st.failAt(start)
+	}
+	return nil
+}
+
+// unescape writes the decoded form of the escaped JSON string content p.
+func (st *bodyState) unescape(p []byte) bool {
+	w := &st.text
+	for len(p) > 0 {
+		k := bytes.IndexByte(p, '\\')
+		if k < 0 {
+			w.write(p)
+			return true
+		}
+		w.write(p[:k])
+		p = p[k:]
+		if len(p) < 2 {
+			return false
+		}
+		switch c := p[1]; c {
+		case '"', '\\', '/':
+			w.writeByte(c)
+		case 'b':
+			w.writeByte('\b')
+		case 'f':
+			w.writeByte('\f')
+		case 'n':
+			w.writeByte('\n')
+		case 'r':
+			w.writeByte('\r')
+		case 't':
+			w.writeByte('\t')
+		case 'u':
+			r, ok := hex4(p[2:])
+			if !ok {
+				return false
+			}
+			p = p[6:]
+			if utf16.IsSurrogate(r) {
+				if len(p) >= 6 && p[0] == '\\' && p[1] == 'u' {
+					if r2, ok := hex4(p[2:]); ok {
+						if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+							r = d
+							p = p[6:]
+						} else {
+							r = utf8.RuneError
+						}
+					}
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			var enc [utf8.UTFMax]byte
+			n := utf8.EncodeRune(enc[:], r)
+			w.write(enc[:n])
+			continue
+		default:
+			return false
+		}
+		p = p[2:]
+	}
+	return true
+}
+
+func hex4(p []byte) (rune, bool) {
+	if len(p) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range p[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+func (st *bodyState) failAt(i int) error {
+	return fmt.Errorf("%w at byte %d", ErrBadBody, i)
+}
+
+// scan is a minimal JSON scanner over a byte slice: it finds value
+// boundaries and string contents without building any values.
+type scan struct {
+	b []byte
+	i int
+}
+
+func (s *scan) fail() error { return fmt.Errorf("%w at byte %d", ErrBadBody, s.i) }
+
+func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\r' || c == '\t' }
+
+func (s *scan) ws() {
+	for s.i < len(s.b) && isSpace(s.b[s.i]) {
+		s.i++
+	}
+}
+
+func (s *scan) eat(c byte) bool {
+	if s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// str reads the string at s.i (which must be a quote) and returns the
+// bounds of its raw content and whether it contains escapes. It finds the
+// closing quote with bytes.IndexByte, so long strings scan at memchr speed.
+func (s *scan) str() (start, end int, esc, ok bool) {
+	if s.i >= len(s.b) || s.b[s.i] != '"' {
+		return 0, 0, false, false
+	}
+	start = s.i + 1
+	i, q := start, -1
+	for {
+		if q < i {
+			j := bytes.IndexByte(s.b[i:], '"')
+			if j < 0 {
+				return 0, 0, false, false
+			}
+			q = i + j
+		}
+		k := bytes.IndexByte(s.b[i:q], '\\')
+		if k < 0 {
+			s.i = q + 1
+			return start, q, esc, true
+		}
+		esc = true
+		i += k + 2
+		if i > len(s.b) {
+			return 0, 0, false, false
+		}
+	}
+}
+
+// skip advances past the value at s.i, checking its structure.
+func (s *scan) skip(depth int) bool {
+	if depth > maxDepth || s.i >= len(s.b) {
+		return false
+	}
+	switch c := s.b[s.i]; c {
+	case '"':
+		_, _, _, ok := s.str()
+		return ok
+	case '{', '[':
+		closer := byte('}')
+		if c == '[' {
+			closer = ']'
+		}
+		s.i++
+		s.ws()
+		if s.eat(closer) {
+			return true
+		}
+		for {
+			s.ws()
+			if c == '{' {
+				if _, _, _, ok := s.str(); !ok {
+					return false
+				}
+				s.ws()
+				if !s.eat(':') {
+					return false
+				}
+				s.ws()
+			}
+			if !s.skip(depth + 1) {
+				return false
+			}
+			s.ws()
+			if s.eat(',') {
+				continue
+			}
+			return s.eat(closer)
+		}
+	case 't':
+		return s.lit("true")
+	case 'f':
+		return s.lit("false")
+	case 'n':
+		return s.lit("null")
+	default:
+		j := s.i
+		for j < len(s.b) {
+			switch s.b[j] {
+			case '-', '+', '.', 'e', 'E', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+				j++
+				continue
+			}
+			break
+		}
+		if j == s.i {
+			return false
+		}
+		s.i = j
+		return true
+	}
+}
+
+func (s *scan) lit(word string) bool {
+	if len(s.b)-s.i < len(word) || string(s.b[s.i:s.i+len(word)]) != word {
+		return false
+	}
+	s.i += len(word)
+	return true
+}
+
+func isNull(v []byte) bool { return string(v) == "null" }
+
+// parseInt reads a JSON integer at b[i:] and returns it and the offset after
+// it.
+func parseInt(b []byte, i int) (int, int, bool) {
+	neg := false
+	if i < len(b) && b[i] == '-' {
+		neg = true
+		i++
+	}
+	start := i
+	x := 0
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		if i-start > 18 {
+			return 0, i, false
+		}
+		x = x*10 + int(b[i]-'0')
+		i++
+	}
+	if i == start {
+		return 0, i, false
+	}
+	if neg {
+		x = -x
+	}
+	return x, i, true
+}
+
+// textSink cuts rendered text into blocks and hashes them as they fill,
+// hashing straight from the body when a whole block is available.
+type textSink struct {
+	h     *Hasher
+	buf   []byte // BlockBytes long; buf[:n] is the pending partial block
+	n     int
+	prev  uint64
+	dst   []uint64
+	left  int // blocks still allowed
+	total int // rendered bytes so far
+
+	keep bool // tests: also collect the rendered bytes
+	kept []byte
+}
+
+func (w *textSink) reset(h *Hasher, dst []uint64, seed uint64) {
+	w.h, w.n, w.prev, w.dst, w.left, w.total = h, 0, seed, dst, h.cfg.MaxBlocks, 0
+}
+
+func (w *textSink) emit(b []byte) {
+	if len(b) == DefaultBlockBytes {
+		w.prev = hash64(w.prev, (*[64]byte)(b))
+	} else {
+		w.prev = hashBytes(w.prev, b)
+	}
+	w.dst = append(w.dst, w.prev)
+	w.left--
+}
+
+func (w *textSink) write(p []byte) {
+	w.total += len(p)
+	if w.keep {
+		w.kept = append(w.kept, p...)
+	}
+	if w.left <= 0 {
+		return
+	}
+	bs := len(w.buf)
+	if w.n > 0 {
+		k := copy(w.buf[w.n:], p)
+		w.n += k
+		p = p[k:]
+		if w.n < bs {
+			return
+		}
+		w.emit(w.buf)
+		w.n = 0
+	}
+	for len(p) >= bs && w.left > 0 {
+		w.emit(p[:bs])
+		p = p[bs:]
+	}
+	if w.left > 0 {
+		w.n = copy(w.buf, p)
+	}
+}
+
+func (w *textSink) writeByte(c byte) {
+	var one = [1]byte{c}
+	w.write(one[:])
+}
+
+func (w *textSink) writeString(s string) {
+	for i := 0; i < len(s); i++ {
+		w.writeByte(s[i])
+	}
+}
+
+// tokenSink cuts token ids into blocks and hashes them as they fill.
+type tokenSink struct {
+	h    *Hasher
+	buf  []int
+	n    int
+	prev uint64
+	dst  []uint64
+	left int
+}
+
+func (w *tokenSink) reset(h *Hasher, dst []uint64, seed uint64) {
+	w.h, w.n, w.prev, w.dst, w.left = h, 0, seed, dst, h.cfg.MaxBlocks
+}
+
+func (w *tokenSink) add(t int) {
+	if w.left <= 0 {
+		return
+	}
+	w.buf[w.n] = t
+	w.n++
+	if w.n == len(w.buf) {
+		w.prev = hashTokens(w.prev, w.buf)
+		w.dst = append(w.dst, w.prev)
+		w.n = 0
+		w.left--
+	}
+}

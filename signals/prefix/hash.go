@@ -1,0 +1,232 @@
+package prefix
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"sync"
+)
+
+// Default hashing parameters.
+const (
+	// DefaultBlockBytes is the default size of a text block: 64 bytes of
+	// rendered prompt, about 16 tokens at the usual ~4 bytes per token of
+	// English BPE vocabularies (OpenAI's tokenizer guide: "one token generally
+	// corresponds to ~4 characters of text").
+	DefaultBlockBytes = 64
+	// DefaultTokenBlock is the default number of token ids per block; it is
+	// vLLM's default KV-cache block size (--block-size 16), so a block here is
+	// the unit vLLM's automatic prefix caching hashes and reuses.
+	DefaultTokenBlock = 16
+	// DefaultMaxTokens is the prompt length the default block cap covers.
+	DefaultMaxTokens = 128 * 1024
+)
+
+// HashConfig configures a Hasher. The zero value means the defaults:
+// 64-byte text blocks, 16-token blocks, and enough blocks for a prompt of
+// 128K tokens.
+type HashConfig struct {
+	// BlockBytes is the size of a text block in bytes; 0 means 64.
+	BlockBytes int `json:"blockBytes,omitempty" yaml:"blockBytes,omitempty"`
+	// TokenBlock is the number of token ids per block when a prompt is given
+	// as token ids; 0 means 16.
+	TokenBlock int `json:"tokenBlock,omitempty" yaml:"tokenBlock,omitempty"`
+	// MaxBlocks caps the number of blocks hashed per prompt; the rest of a
+	// longer prompt is ignored. 0 means DefaultMaxTokens/TokenBlock (8192
+	// with the default token block), which covers 128K tokens.
+	MaxBlocks int `json:"maxBlocks,omitempty" yaml:"maxBlocks,omitempty"`
+	// Salt is mixed into every hash, like vLLM's per-request cache_salt: two
+	// prompts with different salts never share a block.
+	Salt string `json:"salt,omitempty" yaml:"salt,omitempty"`
+}
+
+// withDefaults returns c with zero fields replaced by their defaults.
+func (c HashConfig) withDefaults() HashConfig {
+	if c.BlockBytes <= 0 {
+		c.BlockBytes = DefaultBlockBytes
+	}
+	if c.TokenBlock <= 0 {
+		c.TokenBlock = DefaultTokenBlock
+	}
+	if c.MaxBlocks <= 0 {
+		c.MaxBlocks = (DefaultMaxTokens + c.TokenBlock - 1) / c.TokenBlock
+	}
+	return c
+}
+
+// Hasher cuts prompts into fixed-size blocks and returns their chained
+// hashes: the hash of block i covers blocks 0..i, so two prompts share a
+// prefix of k blocks exactly when their first k hashes are equal (up to
+// 64-bit collisions). The chain is seeded with the model, the LoRA adapter
+// and the salt, so the same text under another adapter shares nothing.
+//
+// Only full blocks are hashed, as vLLM's automatic prefix caching caches
+// only full blocks (vLLM docs, "Automatic Prefix Caching" design); a prompt
+// shorter than one block has no hashes.
+//
+// A Hasher's configuration is immutable and its methods are safe for
+// concurrent use. A Hasher must not be copied after first use.
+type Hasher struct {
+	cfg    HashConfig
+	states sync.Pool // *bodyState, scratch of HashBody
+}
+
+// NewHasher returns a Hasher for cfg; zero fields take their defaults.
+func NewHasher(cfg HashConfig) *Hasher {
+	return &Hasher{cfg: cfg.withDefaults()}
+}
+
+// Config returns the Hasher's configuration with defaults filled in.
+func (h *Hasher) Config() HashConfig { return h.cfg }
+
+// Domain tags keep text blocks and token blocks apart: the same bytes read
+// as text and as token ids never hash alike.
+const (
+	domainText   = 0x74657874626c6b31 // "textblk1"
+	domainTokens = 0x746f6b656e626c6b // "tokenblk"
+)
+
+// seed returns the chain's initial value for model, adapter and the salt.
+func (h *Hasher) seed(domain uint64, model, adapter string) uint64 {
+	s := hashString(domain, model)
+	s = hashString(s, adapter)
+	return hashString(s, h.cfg.Salt)
+}
+
+// HashText appends to dst the chained hashes of the full BlockBytes-sized
+// blocks of text, an already rendered prompt, and returns the extended
+// slice. At most MaxBlocks hashes are appended. It does not retain text.
+func (h *Hasher) HashText(dst []uint64, model, adapter string, text []byte) []uint64 {
+	bs := h.cfg.BlockBytes
+	n := min(len(text)/bs, h.cfg.MaxBlocks)
+	dst = grow(dst, n)
+	prev := h.seed(domainText, model, adapter)
+	if bs == DefaultBlockBytes {
+		for i := 0; i < n; i++ {
+			prev = hash64(prev, (*[64]byte)(text[i*64:]))
+			dst = append(dst, prev)
+		}
+		return dst
+	}
+	for i := 0; i < n; i++ {
+		prev = hashBytes(prev, text[i*bs:(i+1)*bs])
+		dst = append(dst, prev)
+	}
+	return dst
+}
+
+// HashTokens appends to dst the chained hashes of the full TokenBlock-sized
+// blocks of tokens and returns the extended slice. Token ids are hashed as
+// 32-bit values. At most MaxBlocks hashes are appended. It does not retain
+// tokens.
+func (h *Hasher) HashTokens(dst []uint64, model, adapter string, tokens []int) []uint64 {
+	tb := h.cfg.TokenBlock
+	n := min(len(tokens)/tb, h.cfg.MaxBlocks)
+	dst = grow(dst, n)
+	prev := h.seed(domainTokens, model, adapter)
+	for i := 0; i < n; i++ {
+		prev = hashTokens(prev, tokens[i*tb:(i+1)*tb])
+		dst = append(dst, prev)
+	}
+	return dst
+}
+
+func grow(dst []uint64, n int) []uint64 {
+	if cap(dst)-len(dst) < n {
+		nd := make([]uint64, len(dst), len(dst)+n)
+		copy(nd, dst)
+		dst = nd
+	}
+	return dst
+}
+
+// The hash is a wyhash-style construction: 64-bit words are mixed pairwise
+// by a full 64×64→128-bit multiply folded by XOR ("mum"), with four
+// independent lanes per 64 bytes so that the multiplies pipeline. Design
+// and constants follow Wang Yi's wyhash (final version 4,
+// github.com/wangyi-fudan/wyhash, public domain); the code is written here
+// and the layout differs (fixed lanes per block, chained through prev).
+const (
+	p0 = 0xa0761d6478bd642f
+	p1 = 0xe7037ed1a0b428db
+	p2 = 0x8ebc6af09c88c6e3
+	p3 = 0x589965cc75374cc3
+)
+
+// mum multiplies a and b into 128 bits and folds the halves.
+func mum(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
+
+func le64(p []byte) uint64 { return binary.LittleEndian.Uint64(p) }
+
+// hash64 hashes one 64-byte block chained on prev. It is the hot path of
+// the default configuration and equals hashBytes(prev, b[:]).
+func hash64(prev uint64, b *[64]byte) uint64 {
+	a := mum(le64(b[0:])^p1, le64(b[8:])^p0)
+	c := mum(le64(b[16:])^p2, le64(b[24:])^p1)
+	d := mum(le64(b[32:])^p3, le64(b[40:])^p2)
+	e := mum(le64(b[48:])^p0, le64(b[56:])^p3)
+	return mum(a^c^d^e^p1, prev^p2^64)
+}
+
+// hashBytes hashes a block of any length chained on prev.
+func hashBytes(prev uint64, b []byte) uint64 {
+	n := uint64(len(b))
+	a, c, d, e := uint64(p0), uint64(p1), uint64(p2), uint64(p3)
+	for len(b) >= 64 {
+		a = mum(le64(b[0:])^p1, le64(b[8:])^a)
+		c = mum(le64(b[16:])^p2, le64(b[24:])^c)
+		d = mum(le64(b[32:])^p3, le64(b[40:])^d)
+		e = mum(le64(b[48:])^p0, le64(b[56:])^e)
+		b = b[64:]
+	}
+	for len(b) >= 16 {
+		a = mum(le64(b[0:])^p1, le64(b[8:])^a) ^ c
+		b = b[16:]
+	}
+	if len(b) > 0 {
+		var t [16]byte
+		copy(t[:], b)
+		c = mum(le64(t[0:])^p2, le64(t[8:])^c^uint64(len(b)))
+	}
+	return mum(a^c^d^e^p1, prev^p2^n)
+}
+
+// hashTokens hashes a block of token ids chained on prev; each pair of
+// 32-bit ids forms one 64-bit word.
+func hashTokens(prev uint64, t []int) uint64 {
+	n := uint64(len(t))
+	a, c, d, e := uint64(p0), uint64(p1), uint64(p2), uint64(p3)
+	for len(t) >= 16 {
+		a = mum(pair(t[0], t[1])^p1, pair(t[2], t[3])^a)
+		c = mum(pair(t[4], t[5])^p2, pair(t[6], t[7])^c)
+		d = mum(pair(t[8], t[9])^p3, pair(t[10], t[11])^d)
+		e = mum(pair(t[12], t[13])^p0, pair(t[14], t[15])^e)
+		t = t[16:]
+	}
+	for len(t) >= 4 {
+		a = mum(pair(t[0], t[1])^p1, pair(t[2], t[3])^a) ^ c
+		t = t[4:]
+	}
+	if len(t) > 0 {
+		var w [4]int
+		copy(w[:], t)
+		c = mum(pair(w[0], w[1])^p2, pair(w[2], w[3])^c^uint64(len(t)))
+	}
+	return mum(a^c^d^e^p3, prev^p2^n)
+}
+
+func pair(x, y int) uint64 { return uint64(uint32(x)) | uint64(uint32(y))<<32 }
+
+// hashString folds s into seed; it seeds chains and is not on a hot path.
+func hashString(seed uint64, s string) uint64 {
+	h := mum(seed^p0, uint64(len(s))^p1)
+	for len(s) >= 16 {
+		h = mum(binary.LittleEndian.Uint64([]byte(s[:8]))^p2, binary.LittleEndian.Uint64([]byte(s[8:16]))^h)
+		s = s[16:]
+	}
+	var t [16]byte
+	copy(t[:], s)
+	return mum(le64(t[0:])^p3, le64(t[8:])^h^p1)
+}
