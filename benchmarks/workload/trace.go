@@ -273,8 +273,9 @@ func parseAzureTime(s string) (time.Time, error) {
 // every request carries the given tenant name (also the workload's Name;
 // "azure" if empty).
 //
-// Arrivals are offsets from the earliest timestamp; rows are sorted by
-// time, keeping file order for ties. A GeneratedTokens of 0 is read as 1.
+// Arrivals are offsets from the earliest timestamp, which is the
+// workload's Start; rows are sorted by time, keeping file order for ties.
+// Timestamps without a zone are read as UTC. A GeneratedTokens of 0 is read as 1.
 // It returns a *ParseError for a bad header or row, or a line over
 // MaxLineBytes. It reads r to the end and does not close it.
 func LoadAzure(r io.Reader, tenant string) (*Workload, error) {
@@ -347,6 +348,7 @@ func LoadAzure(r io.Reader, tenant string) (*Workload, error) {
 		for i, t := range times {
 			w.Requests[i].Arrival = t.Sub(first)
 		}
+		w.Start = first
 	}
 	rebase(w.Requests)
 	return w, nil
@@ -452,4 +454,37 @@ func LoadFile(path string) (*Workload, error) {
 	}
 	w.Name = stem
 	return w, nil
+}
+
+// Names of the Azure LLM inference 2023 trace files in ../shared/traces and
+// the tenant names LoadAzureCodeConv gives them.
+const (
+	AzureCodeFile   = "AzureLLMInferenceTrace_code.csv"
+	AzureConvFile   = "AzureLLMInferenceTrace_conv.csv"
+	AzureCodeTenant = "code"
+	AzureConvTenant = "conv"
+)
+
+// LoadAzureCodeConv reads the Azure code and conv traces from dir and
+// merges them, aligned on the wall clock, as two tenants "code" and "conv"
+// (two different Azure OpenAI services, per the dataset's description).
+// The result is named "azure".
+func LoadAzureCodeConv(dir string) (*Workload, error) {
+	var ws []*Workload
+	for _, f := range []struct{ file, tenant string }{{AzureCodeFile, AzureCodeTenant}, {AzureConvFile, AzureConvTenant}} {
+		path := filepath.Join(dir, f.file)
+		fh, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("workload: %w", err)
+		}
+		w, err := LoadAzure(fh, f.tenant)
+		fh.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		ws = append(ws, w)
+	}
+	m := Merge(ws...)
+	m.Name = "azure"
+	return m, nil
 }

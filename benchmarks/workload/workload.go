@@ -54,27 +54,53 @@ type Workload struct {
 	Name string
 	// Requests are sorted by Arrival.
 	Requests []Request
+	// Start is the wall-clock time of offset 0 when the source has one
+	// (the Azure traces' TIMESTAMP of the first request), or the zero
+	// time. Merge uses it to align traces recorded side by side.
+	Start time.Time
 }
 
 // Merge interleaves the requests of ws by arrival into a new workload, for
-// example the Azure code and conv traces as two tenants. Ties keep the
+// example the Azure code and conv traces as two tenants. If every input
+// has a Start time, the inputs are aligned on the wall clock: each one's
+// arrivals are shifted by its Start minus the earliest Start, which
+// becomes the result's Start (the Azure conv trace starts 77 s before the
+// code trace). Otherwise arrivals are merged as they are. Ties keep the
 // order of ws, then each workload's own order. Nil workloads are skipped.
 // The name joins the inputs' names with "+". Blocks slices are shared with
 // the inputs.
 func Merge(ws ...*Workload) *Workload {
 	n := 0
 	var names []string
+	var origin time.Time
+	aligned := true
 	for _, w := range ws {
 		if w == nil {
 			continue
 		}
 		n += len(w.Requests)
 		names = append(names, w.Name)
+		if w.Start.IsZero() {
+			aligned = false
+		} else if origin.IsZero() || w.Start.Before(origin) {
+			origin = w.Start
+		}
 	}
 	out := &Workload{Name: strings.Join(names, "+"), Requests: make([]Request, 0, n)}
+	if aligned {
+		out.Start = origin
+	}
 	for _, w := range ws {
-		if w != nil {
-			out.Requests = append(out.Requests, w.Requests...)
+		if w == nil {
+			continue
+		}
+		k := len(out.Requests)
+		out.Requests = append(out.Requests, w.Requests...)
+		if aligned {
+			shift := w.Start.Sub(origin)
+			for i := k; i < len(out.Requests); i++ {
+				out.Requests[i].Arrival += shift
+			}
 		}
 	}
 	slices.SortStableFunc(out.Requests, func(a, b Request) int { return cmp.Compare(a.Arrival, b.Arrival) })
@@ -83,7 +109,7 @@ func Merge(ws ...*Workload) *Workload {
 
 // clone returns a copy of w with its own Requests slice (Blocks shared).
 func (w *Workload) clone() *Workload {
-	return &Workload{Name: w.Name, Requests: slices.Clone(w.Requests)}
+	return &Workload{Name: w.Name, Requests: slices.Clone(w.Requests), Start: w.Start}
 }
 
 // Scale returns a copy of w whose arrival offsets are multiplied by one
@@ -93,7 +119,7 @@ func (w *Workload) clone() *Workload {
 // variation, are unchanged. A workload with fewer than two requests or a
 // zero span has no rate and is returned as an unchanged copy. Scale panics
 // if rate is not a positive finite number (a programming error, like a
-// non-positive time.NewTicker period).
+// non-positive time.NewTicker period). Start is kept.
 func (w *Workload) Scale(rate float64) *Workload {
 	if !(rate > 0) || math.IsInf(rate, 0) {
 		panic(fmt.Sprintf("workload: Scale rate must be positive and finite, got %v", rate))
@@ -114,16 +140,20 @@ func (w *Workload) Scale(rate float64) *Workload {
 // n <= 0).
 func (w *Workload) Limit(n int) *Workload {
 	n = max(0, min(n, len(w.Requests)))
-	return &Workload{Name: w.Name, Requests: slices.Clone(w.Requests[:n])}
+	return &Workload{Name: w.Name, Requests: slices.Clone(w.Requests[:n]), Start: w.Start}
 }
 
 // Window returns a copy of w holding the requests with from <= Arrival <
-// to, with arrivals shifted by -from so that the window starts the run.
+// to, with arrivals shifted by -from so that the window starts the run
+// (and Start, if set, moved forward by from).
 func (w *Workload) Window(from, to time.Duration) *Workload {
 	lo, _ := slices.BinarySearchFunc(w.Requests, from, func(r Request, t time.Duration) int { return cmp.Compare(r.Arrival, t) })
 	hi, _ := slices.BinarySearchFunc(w.Requests, to, func(r Request, t time.Duration) int { return cmp.Compare(r.Arrival, t) })
 	hi = max(hi, lo)
 	out := &Workload{Name: w.Name, Requests: slices.Clone(w.Requests[lo:hi])}
+	if !w.Start.IsZero() {
+		out.Start = w.Start.Add(from)
+	}
 	for i := range out.Requests {
 		out.Requests[i].Arrival -= from
 	}
@@ -327,4 +357,17 @@ func (s Stats) String() string {
 	return fmt.Sprintf("%d requests over %v (%.2f req/s, inter-arrival CV %.2f); prompt mean %.0f p50 %d p99 %d; output mean %.0f p50 %d p99 %d; shared prefix %.1f%% of prompt tokens",
 		s.Requests, s.Duration.Round(time.Millisecond), s.MeanRate, s.InterArrivalCV,
 		s.PromptMean, s.PromptP50, s.PromptP99, s.OutputMean, s.OutputP50, s.OutputP99, 100*s.SharedPrefixFraction)
+}
+
+// Tenant returns a copy of w holding only the requests of the named
+// tenant, with arrivals and Start unchanged (so Stats of the result
+// describe that tenant's stream inside the merged run).
+func (w *Workload) Tenant(name string) *Workload {
+	out := &Workload{Name: name, Start: w.Start}
+	for i := range w.Requests {
+		if w.Requests[i].Tenant == name {
+			out.Requests = append(out.Requests, w.Requests[i])
+		}
+	}
+	return out
 }
