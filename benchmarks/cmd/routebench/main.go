@@ -1,0 +1,148 @@
+// Command routebench runs inferroute's routing benchmark: a suite of
+// scenarios on a discrete-event simulation of a fleet of vLLM-like pods,
+// with the library's default picker and baseline policies side by side, in
+// virtual time.
+//
+// Usage:
+//
+//	go run ./benchmarks/cmd/routebench [flags]
+//
+// The default suite (uniform, hetero, bursty, prefix, azure, each at 50%,
+// 70% and 90% of the fleet's measured capacity) takes up to about three
+// minutes on two cores; -quick runs a scaled-down suite in well under a
+// minute. The table goes to stdout (or JSON with -json), the progress bar to
+// stderr. The trace scenarios read ../shared/traces (-traces); when a trace
+// file is missing the scenario is skipped with a message.
+//
+// Flags:
+//
+//	-quick            scaled-down suite
+//	-json             print the report as JSON instead of tables
+//	-scenario LIST    comma-separated scenarios (uniform,hetero,bursty,prefix,azure)
+//	-policies LIST    comma-separated policies (round-robin,random,least-request,inferroute)
+//	-loads LIST       comma-separated loads as fractions of capacity (default 0.5,0.7,0.9)
+//	-seed N           seed of workloads, scrapes and policies (default 1)
+//	-requests N       requests per run (default 3000, 800 with -quick)
+//	-trace FILE       replay your own trace (Mooncake .jsonl or Azure .csv) instead of the suite
+//	-traces DIR       folder of the shared trace files (default ../shared/traces)
+//	-pods N           resize every fleet to N pods
+//	-profiles LIST    comma-separated hardware profiles repeated over the pods
+//	-parallel N       runs simulated at once (default: GOMAXPROCS)
+//	-progress=false   no progress bar
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/inferroute/inferroute/benchmarks/policy"
+	"github.com/inferroute/inferroute/benchmarks/sim"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "routebench:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args, runs the suite and writes the report to stdout and the
+// progress to stderr.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("routebench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		quick     = fs.Bool("quick", false, "run the scaled-down suite")
+		asJSON    = fs.Bool("json", false, "print the report as JSON instead of tables")
+		scenarios = fs.String("scenario", "", "comma-separated scenarios to run (default: all of uniform,hetero,bursty,prefix,azure)")
+		policies  = fs.String("policies", strings.Join(policy.Baselines(), ","), "comma-separated policies")
+		loads     = fs.String("loads", "", "comma-separated loads as fractions of capacity (default 0.5,0.7,0.9)")
+		seed      = fs.Uint64("seed", 1, "seed of workloads, scrapes and policies")
+		requests  = fs.Int("requests", 0, fmt.Sprintf("requests per run (default %d, %d with -quick)", sim.DefaultRequests, sim.QuickRequests))
+		trace     = fs.String("trace", "", "replay this trace file (Mooncake .jsonl or Azure .csv) instead of the suite")
+		traces    = fs.String("traces", sim.DefaultTracesDir, "folder of the shared trace files")
+		pods      = fs.Int("pods", 0, "resize every fleet to this many pods")
+		profiles  = fs.String("profiles", "", "comma-separated hardware profiles repeated over the pods ("+strings.Join(sim.ProfileNames(), ",")+")")
+		parallel  = fs.Int("parallel", 0, "runs simulated at once (default GOMAXPROCS)")
+		progress  = fs.Bool("progress", true, "show a progress bar on stderr")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	o := sim.Options{
+		Quick:     *quick,
+		Scenarios: splitList(*scenarios),
+		Policies:  splitList(*policies),
+		Seed:      *seed,
+		Requests:  *requests,
+		TracesDir: *traces,
+		TraceFile: *trace,
+		Pods:      *pods,
+		Profiles:  splitList(*profiles),
+		Parallel:  *parallel,
+	}
+	if l := splitList(*loads); l != nil {
+		for _, s := range l {
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil || !(v > 0) {
+				return fmt.Errorf("-loads: bad load %q: want a positive fraction such as 0.7", s)
+			}
+			o.Loads = append(o.Loads, v)
+		}
+	}
+	if *pods < 0 {
+		return fmt.Errorf("-pods: %d is negative", *pods)
+	}
+	var bar *progressBar
+	if *progress {
+		bar = newProgressBar(stderr)
+		o.Progress = bar.update
+	}
+	start := time.Now()
+	rep, err := sim.RunSuite(ctx, o)
+	if bar != nil {
+		bar.finish(time.Since(start))
+	}
+	if err != nil {
+		return err
+	}
+	for _, s := range rep.Skipped {
+		fmt.Fprintln(stderr, "routebench: skipped", s)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return rep.WriteTable(stdout)
+}
+
+// splitList splits a comma-separated flag value, dropping empty items; nil
+// for an empty value.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
