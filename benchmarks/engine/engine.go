@@ -1,0 +1,645 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config configures one Engine. Zero fields take vLLM V1's defaults for the
+// profile's GPU, as documented per field.
+type Config struct {
+	// Profile is the hardware and model step-time profile. Required: a zero
+	// Profile makes New panic.
+	Profile Profile
+
+	// MaxNumBatchedTokens is the per-step token budget. Zero means vLLM's
+	// OpenAI-server default for the GPU: 8192 on GPUs with at least 70 GiB
+	// that are not A100s, else 2048 (vllm/engine/arg_utils.py,
+	// EngineArgs.get_batch_defaults; see Profile.DefaultMaxNumBatchedTokens).
+	MaxNumBatchedTokens int
+
+	// MaxNumSeqs caps the running requests. Zero means vLLM's OpenAI-server
+	// default: 1024 on GPUs with at least 70 GiB that are not A100s, else
+	// 256 (same source).
+	MaxNumSeqs int
+
+	// BlockSize is the KV cache block size in tokens. Zero means 16, vLLM's
+	// CUDA default (vllm/config/cache.py, CacheConfig.block_size).
+	BlockSize int
+
+	// EnablePrefixCaching turns on automatic prefix caching. vLLM V1
+	// enables it by default, but a Go bool's zero value is false, so this
+	// is the one field whose zero value is not vLLM's default: set it, or
+	// start from DefaultConfig.
+	EnablePrefixCaching bool
+
+	// GPUMemoryUtilization is the fraction of GPU memory vLLM may use for
+	// weights, activations and KV cache. Zero means 0.9, vLLM's default
+	// (vllm/config/cache.py, CacheConfig.gpu_memory_utilization).
+	GPUMemoryUtilization float64
+
+	// NumBlocks overrides the KV cache size in blocks. Zero means: derive
+	// it from the profile's memory (Profile.NumBlocks).
+	NumBlocks int
+
+	// MaxLoRAs is the number of distinct LoRA adapters allowed in one batch
+	// (GPU adapter slots). Zero means 1, vLLM's default
+	// (vllm/config/lora.py, LoRAConfig.max_loras).
+	MaxLoRAs int
+
+	// MaxCPULoRAs is the number of adapters kept loaded in host memory;
+	// an adapter outside it costs LoRALoadTime when it enters a batch.
+	// Zero means MaxLoRAs, vLLM's default (LoRAConfig.max_cpu_loras).
+	MaxCPULoRAs int
+
+	// LoRALoadTime is the time to load an adapter that is not in the CPU
+	// cache (read from disk and copy to the GPU), added to the step that
+	// first uses it. Zero means DefaultLoRALoadTime.
+	LoRALoadTime time.Duration
+
+	// LoRASwapTime is the time to copy an adapter already in the CPU cache
+	// into a GPU slot. Zero means DefaultLoRASwapTime.
+	LoRASwapTime time.Duration
+}
+
+// DefaultLoRALoadTime is an estimate of the time to load a rank-16 LoRA
+// adapter of a Llama-3-8B-class model from local disk into a GPU slot. The
+// adapter on the q,k,v,o,gate,up,down projections has
+// 32 layers × 16 × (2·4096 + 2·(4096+1024) + 2·(4096+14336) + (14336+4096)) ≈
+// 42 M parameters, 84 MB in BF16; at ~2 GB/s (safetensors read from a local
+// NVMe plus host-to-device copy) that is ~40 ms. Estimate, not a
+// measurement.
+const DefaultLoRALoadTime = 40 * time.Millisecond
+
+// DefaultLoRASwapTime is an estimate of the time to copy the same 84 MB
+// adapter from pinned host memory to the GPU over PCIe 4.0 x16 (~25 GB/s
+// effective): ~3.4 ms, rounded to 3 ms. Estimate, not a measurement.
+const DefaultLoRASwapTime = 3 * time.Millisecond
+
+// DefaultConfig returns the vLLM V1 OpenAI-server defaults for profile p,
+// with prefix caching enabled (V1's default).
+func DefaultConfig(p Profile) Config {
+	return Config{Profile: p, EnablePrefixCaching: true}
+}
+
+// Request is one inference request as the engine sees it. The engine keeps
+// the pointer until the request finishes (or Reset) and does not modify
+// the Request; the caller must not modify it while the engine holds it.
+type Request struct {
+	// ID identifies the request to the caller; the engine does not use it
+	// except to make uncached tail blocks unique.
+	ID uint64
+	// Blocks is the prompt content as a sequence of content-block ids:
+	// equal ids at equal positions after equal prefixes are equal text, so
+	// shared leading ids are a shared prefix. Each id stands for BlockTokens
+	// tokens. Prompt tokens beyond len(Blocks)×BlockTokens are unique to the
+	// request and never hit the prefix cache.
+	Blocks []uint64
+	// BlockTokens is the number of tokens per content block (e.g. 16, or
+	// 512 for Mooncake hash_ids). Zero means the engine's BlockSize.
+	BlockTokens int
+	// PromptTokens is the total number of prompt tokens (>=1); the last
+	// content block may be partial.
+	PromptTokens int
+	// OutputTokens is the number of tokens to generate (>=1).
+	OutputTokens int
+	// Adapter is the LoRA adapter name, or "" for the base model.
+	Adapter string
+}
+
+// EventKind says what happened to a request.
+type EventKind uint8
+
+const (
+	// FirstToken: the request's prefill completed and its first output
+	// token was produced at Event.At (its TTFT is At minus its arrival).
+	FirstToken EventKind = iota + 1
+	// Finished: the request produced its last output token at Event.At and
+	// left the engine. The engine no longer references the Request.
+	Finished
+	// Preempted: the request was preempted (its KV blocks freed, to be
+	// recomputed later) by the step starting at Event.At. It stays in the
+	// engine and will produce a Finished event.
+	Preempted
+)
+
+// String returns the kind's name.
+func (k EventKind) String() string {
+	switch k {
+	case FirstToken:
+		return "FirstToken"
+	case Finished:
+		return "Finished"
+	case Preempted:
+		return "Preempted"
+	}
+	return fmt.Sprintf("EventKind(%d)", uint8(k))
+}
+
+// Event reports a change in one request's state.
+type Event struct {
+	Kind EventKind
+	Req  *Request
+	// At is the virtual time of the event.
+	At time.Duration
+	// CachedTokens is, for FirstToken and Finished, the number of prompt
+	// tokens served from the prefix cache when the request was first
+	// scheduled.
+	CachedTokens int
+	// Preemptions is, for Finished, how many times the request was
+	// preempted.
+	Preemptions int
+}
+
+// Stats are the values vLLM exports on /metrics, read at one instant.
+type Stats struct {
+	// Running is vllm:num_requests_running.
+	Running int
+	// Waiting is vllm:num_requests_waiting (preempted requests included).
+	Waiting int
+	// KVCacheUsage is vllm:kv_cache_usage_perc, a fraction in [0,1]: one
+	// minus free blocks over all blocks, where cached blocks that no
+	// request references count as free (vllm/v1/core/block_pool.py,
+	// BlockPool.get_usage).
+	KVCacheUsage float64
+	// RunningAdapters and WaitingAdapters are the running_lora_adapters
+	// and waiting_lora_adapters labels of vllm:lora_requests_info, in
+	// order of first appearance. Fresh slices owned by the caller.
+	RunningAdapters []string
+	WaitingAdapters []string
+	// MaxLoRA is the max_lora label of vllm:lora_requests_info.
+	MaxLoRA int
+	// PrefixQueries and PrefixHits are vllm:prefix_cache_queries and
+	// vllm:prefix_cache_hits: cumulative prompt tokens looked up and found
+	// in the prefix cache when requests were first scheduled.
+	PrefixQueries, PrefixHits uint64
+	// NumBlocks and BlockSize are vllm:cache_config_info's num_gpu_blocks
+	// and block_size.
+	NumBlocks, BlockSize int
+	// Preemptions is vllm:num_preemptions, cumulative.
+	Preemptions uint64
+	// Steps is the number of steps executed, cumulative.
+	Steps uint64
+	// GeneratedTokens and PromptTokens are vllm:generation_tokens and
+	// vllm:prompt_tokens, cumulative (prompt tokens counted once per
+	// request, when it is first scheduled).
+	GeneratedTokens, PromptTokens uint64
+}
+
+// ErrTooLarge is returned by Add for a request whose prompt plus output
+// cannot fit in the whole KV cache: it could never run.
+var ErrTooLarge = errors.New("engine: request does not fit in the KV cache")
+
+// ErrInvalid is returned by Add for a request with PromptTokens < 1 or
+// OutputTokens < 1.
+var ErrInvalid = errors.New("engine: request needs PromptTokens >= 1 and OutputTokens >= 1")
+
+// seq is the engine's state of one request (vllm/v1/request.py, Request).
+type seq struct {
+	req         *Request
+	numTokens   int // prompt tokens + generated tokens so far
+	numComputed int // tokens whose KV is computed (or scheduled this step)
+	generated   int
+	blocks      []int32  // block table
+	hashes      []uint64 // hash chain of the cacheable full prompt blocks
+	numCached   int      // leading entries of blocks registered in the prefix cache (or found there)
+	cachedHit   int      // prompt tokens hit on first schedule
+	scheduled   int      // tokens scheduled in the current step
+	preemptions int
+	adapter     int32 // index into Engine.adapters, -1 for none
+	started     bool  // scheduled at least once (prefix stats counted)
+	firstDone   bool
+}
+
+// Engine is one simulated vLLM V1-like pod. It is not safe for concurrent
+// use. The zero value is not usable; call New.
+type Engine struct {
+	cfg       Config
+	prof      Profile
+	budget    int
+	maxSeqs   int
+	blockSize int
+
+	pool blockPool
+
+	waiting  deque
+	running  []*seq
+	free     []*seq // recycled seq structs
+	sched    []*seq // scheduled in the planned step, in order
+	preempts []*seq // preempted while planning the step
+	inStep   bool
+	stepAt   time.Duration
+
+	// LoRA bookkeeping; adapter ids index these slices.
+	adapterIdx   map[string]int32
+	adapters     []string
+	runningCount []int32 // running requests per adapter
+	waitingCount []int32
+	gpuLoRA      lru
+	cpuLoRA      lru
+	batchLoRAs   []int32 // scratch: distinct adapters in the planned step
+	loraMark     []uint64
+	loraEpoch    uint64
+
+	work stepWork
+	hits []int32 // scratch: prefix-cache hits of the request being admitted
+
+	stats Stats
+}
+
+// New returns an Engine for cfg, empty, at virtual time zero. It panics if
+// cfg.Profile is the zero Profile or any configured size is negative.
+func New(cfg Config) *Engine {
+	p := cfg.Profile
+	if p.Name == "" || p.Layers == 0 {
+		panic("engine: Config.Profile is required")
+	}
+	if cfg.MaxNumBatchedTokens < 0 || cfg.MaxNumSeqs < 0 || cfg.BlockSize < 0 || cfg.NumBlocks < 0 ||
+		cfg.MaxLoRAs < 0 || cfg.MaxCPULoRAs < 0 || cfg.GPUMemoryUtilization < 0 || cfg.GPUMemoryUtilization > 1 {
+		panic("engine: negative size in Config")
+	}
+	if cfg.MaxNumBatchedTokens == 0 {
+		cfg.MaxNumBatchedTokens = p.DefaultMaxNumBatchedTokens
+	}
+	if cfg.MaxNumSeqs == 0 {
+		cfg.MaxNumSeqs = p.DefaultMaxNumSeqs
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = 16
+	}
+	if cfg.GPUMemoryUtilization == 0 {
+		cfg.GPUMemoryUtilization = 0.9
+	}
+	if cfg.NumBlocks == 0 {
+		cfg.NumBlocks = p.NumBlocks(cfg.GPUMemoryUtilization, cfg.BlockSize)
+	}
+	if cfg.NumBlocks < 1 {
+		panic(fmt.Sprintf("engine: profile %s leaves no memory for the KV cache", p.Name))
+	}
+	if cfg.MaxLoRAs == 0 {
+		cfg.MaxLoRAs = 1
+	}
+	if cfg.MaxCPULoRAs < cfg.MaxLoRAs {
+		cfg.MaxCPULoRAs = cfg.MaxLoRAs
+	}
+	if cfg.LoRALoadTime == 0 {
+		cfg.LoRALoadTime = DefaultLoRALoadTime
+	}
+	if cfg.LoRASwapTime == 0 {
+		cfg.LoRASwapTime = DefaultLoRASwapTime
+	}
+	e := &Engine{
+		cfg:        cfg,
+		prof:       p,
+		budget:     cfg.MaxNumBatchedTokens,
+		maxSeqs:    cfg.MaxNumSeqs,
+		blockSize:  cfg.BlockSize,
+		adapterIdx: make(map[string]int32),
+	}
+	e.pool.init(cfg.NumBlocks)
+	e.gpuLoRA.init(cfg.MaxLoRAs)
+	e.cpuLoRA.init(cfg.MaxCPULoRAs)
+	e.stats.NumBlocks = cfg.NumBlocks
+	e.stats.BlockSize = cfg.BlockSize
+	e.stats.MaxLoRA = cfg.MaxLoRAs
+	return e
+}
+
+// Config returns the effective configuration, defaults filled in.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Add enqueues r at virtual time now at the tail of the waiting queue. It
+// returns ErrInvalid or ErrTooLarge (and does not enqueue) for a request
+// that could never run. Add may be called while a step is planned; the
+// request is considered from the next StartStep. now is accepted for
+// symmetry with the other methods and for future use; the engine keeps no
+// arrival times (the caller measures TTFT from its own record).
+func (e *Engine) Add(now time.Duration, r *Request) error {
+	_ = now
+	if r.PromptTokens < 1 || r.OutputTokens < 1 {
+		return ErrInvalid
+	}
+	need := (r.PromptTokens + r.OutputTokens + e.blockSize - 1) / e.blockSize
+	if need > e.pool.numBlocks {
+		return ErrTooLarge
+	}
+	s := e.newSeq(r)
+	e.waiting.pushBack(s)
+	if s.adapter >= 0 {
+		e.waitingCount[s.adapter]++
+	}
+	return nil
+}
+
+func (e *Engine) newSeq(r *Request) *seq {
+	var s *seq
+	if n := len(e.free); n > 0 {
+		s = e.free[n-1]
+		e.free = e.free[:n-1]
+		blocks, hashes := s.blocks[:0], s.hashes[:0]
+		*s = seq{blocks: blocks, hashes: hashes}
+	} else {
+		s = &seq{}
+	}
+	s.req = r
+	s.numTokens = r.PromptTokens
+	s.adapter = -1
+	if r.Adapter != "" {
+		s.adapter = e.adapterID(r.Adapter)
+	}
+	e.hashPrompt(s)
+	return s
+}
+
+func (e *Engine) adapterID(name string) int32 {
+	if id, ok := e.adapterIdx[name]; ok {
+		return id
+	}
+	id := int32(len(e.adapters))
+	e.adapterIdx[name] = id
+	e.adapters = append(e.adapters, name)
+	e.runningCount = append(e.runningCount, 0)
+	e.waitingCount = append(e.waitingCount, 0)
+	e.loraMark = append(e.loraMark, 0)
+	return id
+}
+
+// Idle reports whether nothing is running or waiting (a planned step, if
+// any, still needs its FinishStep).
+func (e *Engine) Idle() bool { return len(e.running) == 0 && e.waiting.len() == 0 }
+
+// StartStep plans one step at virtual time now, as vLLM V1's
+// Scheduler.schedule does (vllm/v1/core/sched/scheduler.py): running
+// requests first in order (one decode token each, or their next prefill
+// chunk), preempting the newest running request when KV blocks run out;
+// then, if nothing was preempted, waiting requests in FCFS order with
+// chunked prefill, while the token budget, max_num_seqs, free blocks and
+// LoRA slots allow. A waiting request whose blocks do not fit stops
+// admission (head-of-line, as in vLLM); one whose adapter would exceed
+// max_loras is skipped and keeps its place. It returns the step's duration;
+// the caller must call FinishStep at now+d. ok is false (and no step is
+// planned) when nothing can be scheduled. StartStep panics if a step is
+// already planned. It does not allocate in steady state.
+func (e *Engine) StartStep(now time.Duration) (d time.Duration, ok bool) {
+	if e.inStep {
+		panic("engine: StartStep called twice without FinishStep")
+	}
+	e.sched = e.sched[:0]
+	e.loraEpoch++
+	e.batchLoRAs = e.batchLoRAs[:0]
+	e.work = stepWork{}
+	budget := e.budget
+
+	// Running requests ("First, schedule the RUNNING requests").
+	preempted := false
+	for i := 0; i < len(e.running) && budget > 0; i++ {
+		s := e.running[i]
+		n := min(s.numTokens-s.numComputed, budget)
+		if n <= 0 {
+			continue
+		}
+		for !e.allocate(s, n) {
+			// Preempt the lowest-priority running request: under FCFS the
+			// newest, the tail of the running list.
+			victim := e.running[len(e.running)-1]
+			e.running = e.running[:len(e.running)-1]
+			e.preempt(victim)
+			preempted = true
+			if victim == s {
+				n = 0
+				break
+			}
+		}
+		if n == 0 {
+			break
+		}
+		budget -= n
+		e.account(s, n)
+	}
+
+	// Waiting requests, FCFS, only when nothing was preempted.
+	if !preempted {
+		skipped := 0 // requests kept at the head because of LoRA slots
+		for budget > 0 && len(e.running) < e.maxSeqs && skipped < e.waiting.len() {
+			s := e.waiting.at(skipped)
+			if s.adapter >= 0 && e.loraMark[s.adapter] != e.loraEpoch && len(e.batchLoRAs) >= e.cfg.MaxLoRAs {
+				skipped++
+				continue
+			}
+			n, ok := e.admit(s, budget)
+			if !ok {
+				break
+			}
+			e.waiting.removeAt(skipped)
+			if s.adapter >= 0 {
+				e.waitingCount[s.adapter]--
+				e.runningCount[s.adapter]++
+			}
+			if !s.started {
+				s.started = true
+				e.stats.PrefixQueries += uint64(s.req.PromptTokens)
+				e.stats.PrefixHits += uint64(s.cachedHit)
+				e.stats.PromptTokens += uint64(s.req.PromptTokens)
+			}
+			e.running = append(e.running, s)
+			budget -= n
+			e.account(s, n)
+		}
+	}
+	if len(e.sched) == 0 && len(e.preempts) == 0 {
+		return 0, false
+	}
+	if len(e.sched) > 0 {
+		w := e.work
+		d = e.prof.StepTime(w.tokens, w.prefillPairs, w.decodeKV, w.samples) + w.loraLoad
+	}
+	e.inStep = true
+	e.stepAt = now
+	return d, true
+}
+
+// stepWork is the work of the planned step, the inputs of Profile.StepTime.
+type stepWork struct {
+	tokens       int     // batched tokens
+	prefillPairs float64 // Σ chunk × (context before chunk + chunk/2)
+	decodeKV     int     // Σ KV tokens read by decode tokens
+	samples      int     // sequences producing a token
+	loraLoad     time.Duration
+}
+
+// account adds n scheduled tokens of s to the planned step.
+func (e *Engine) account(s *seq, n int) {
+	w := &e.work
+	s.scheduled = n
+	w.tokens += n
+	if n == 1 && s.generated > 0 && s.numComputed == s.numTokens-1 {
+		w.decodeKV += s.numTokens
+	} else {
+		w.prefillPairs += float64(n) * (float64(s.numComputed) + float64(n)/2)
+	}
+	if s.numComputed+n == s.numTokens {
+		w.samples++
+	}
+	s.numComputed += n
+	e.sched = append(e.sched, s)
+	if s.adapter >= 0 {
+		w.loraLoad += e.useLoRA(s.adapter)
+	}
+}
+
+// useLoRA marks adapter a as in the planned batch and returns the time it
+// costs: zero when it is in a GPU slot, LoRASwapTime when it is in the CPU
+// cache, LoRALoadTime otherwise.
+func (e *Engine) useLoRA(a int32) time.Duration {
+	if e.loraMark[a] == e.loraEpoch {
+		return 0
+	}
+	e.loraMark[a] = e.loraEpoch
+	e.batchLoRAs = append(e.batchLoRAs, a)
+	inCPU := e.cpuLoRA.touch(a)
+	if !inCPU {
+		e.cpuLoRA.add(a, e.loraMark, e.loraEpoch)
+	}
+	if e.gpuLoRA.touch(a) {
+		return 0
+	}
+	e.gpuLoRA.add(a, e.loraMark, e.loraEpoch)
+	if inCPU {
+		return e.cfg.LoRASwapTime
+	}
+	return e.cfg.LoRALoadTime
+}
+
+// FinishStep applies the step planned by StartStep, at virtual time now
+// (its start plus its duration), and appends the resulting events to out:
+// Preempted events (At = the step's start) first, then FirstToken and
+// Finished events in batch order. It returns out. Calling it with no step
+// planned (or after Reset dropped the planned step) only returns out.
+func (e *Engine) FinishStep(now time.Duration, out []Event) []Event {
+	if !e.inStep {
+		return out
+	}
+	e.inStep = false
+	e.stats.Steps++
+	for _, s := range e.preempts {
+		out = append(out, Event{Kind: Preempted, Req: s.req, At: e.stepAt})
+	}
+	e.preempts = e.preempts[:0]
+	finished := false
+	for _, s := range e.sched {
+		s.scheduled = 0
+		if s.numComputed < s.numTokens {
+			continue // partial prefill chunk
+		}
+		s.generated++
+		s.numTokens++
+		e.stats.GeneratedTokens++
+		if !s.firstDone {
+			s.firstDone = true
+			out = append(out, Event{Kind: FirstToken, Req: s.req, At: now, CachedTokens: s.cachedHit})
+		}
+		if s.generated >= s.req.OutputTokens {
+			out = append(out, Event{Kind: Finished, Req: s.req, At: now, CachedTokens: s.cachedHit, Preemptions: s.preemptions})
+			s.numTokens = -1 // mark for removal
+			finished = true
+		}
+	}
+	e.sched = e.sched[:0]
+	if finished {
+		j := 0
+		for _, s := range e.running {
+			if s.numTokens >= 0 {
+				e.running[j] = s
+				j++
+				continue
+			}
+			e.freeBlocks(s)
+			if s.adapter >= 0 {
+				e.runningCount[s.adapter]--
+			}
+			s.req = nil
+			e.free = append(e.free, s)
+		}
+		clear(e.running[j:])
+		e.running = e.running[:j]
+	}
+	return out
+}
+
+// preempt frees s's blocks and puts it at the head of the waiting queue,
+// to be recomputed (vLLM V1 preempts by recompute: scheduler.py,
+// Scheduler._preempt_request).
+func (e *Engine) preempt(s *seq) {
+	e.freeBlocks(s)
+	s.numComputed = 0
+	s.preemptions++
+	e.stats.Preemptions++
+	if s.adapter >= 0 {
+		e.runningCount[s.adapter]--
+		e.waitingCount[s.adapter]++
+	}
+	e.waiting.pushFront(s)
+	e.preempts = append(e.preempts, s)
+}
+
+// Stats returns the current metric values. The adapter slices are fresh
+// and owned by the caller.
+func (e *Engine) Stats() Stats {
+	st := e.stats
+	st.Running = len(e.running)
+	st.Waiting = e.waiting.len()
+	st.KVCacheUsage = 1 - float64(e.pool.numFree)/float64(e.pool.numBlocks)
+	for i, name := range e.adapters {
+		if e.runningCount[i] > 0 {
+			st.RunningAdapters = append(st.RunningAdapters, name)
+		}
+		if e.waitingCount[i] > 0 {
+			st.WaitingAdapters = append(st.WaitingAdapters, name)
+		}
+	}
+	return st
+}
+
+// InFlight appends every request in the engine (running first, then
+// waiting in queue order) to dst and returns it. Call it before Reset to
+// learn which requests a restart loses.
+func (e *Engine) InFlight(dst []*Request) []*Request {
+	for _, s := range e.running {
+		dst = append(dst, s.req)
+	}
+	for i := 0; i < e.waiting.len(); i++ {
+		dst = append(dst, e.waiting.at(i).req)
+	}
+	return dst
+}
+
+// Reset models a pod restart: every running and waiting request is dropped
+// without an event (use InFlight first to fail them), the planned step is
+// discarded, the KV and prefix caches and the LoRA caches are emptied.
+// Cumulative counters (prefix hits/queries, preemptions, steps, tokens)
+// restart from zero, as a restarted vLLM's do.
+func (e *Engine) Reset() {
+	for _, s := range e.running {
+		s.req = nil
+		e.free = append(e.free, s)
+	}
+	clear(e.running)
+	e.running = e.running[:0]
+	for e.waiting.len() > 0 {
+		s := e.waiting.popFront()
+		s.req = nil
+		e.free = append(e.free, s)
+	}
+	clear(e.sched)
+	e.sched = e.sched[:0]
+	clear(e.preempts)
+	e.preempts = e.preempts[:0]
+	e.inStep = false
+	e.pool.init(e.pool.numBlocks)
+	e.gpuLoRA.init(e.cfg.MaxLoRAs)
+	e.cpuLoRA.init(e.cfg.MaxCPULoRAs)
+	clear(e.runningCount)
+	clear(e.waitingCount)
+	e.stats = Stats{NumBlocks: e.pool.numBlocks, BlockSize: e.blockSize, MaxLoRA: e.cfg.MaxLoRAs}
+}
