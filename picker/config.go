@@ -8,7 +8,7 @@ import (
 	"math"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/inferroute/inferroute/scorer"
 )

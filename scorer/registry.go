@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sort"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // Params holds one filter's or scorer's parameters as written in a YAML or
