@@ -84,10 +84,19 @@ func (p *Profile) StepTime(tokens int, prefillPairs float64, decodeKV, samples i
 
 func (p *Profile) stepUS(tokens int, prefillPairs float64, decodeKV, samples int) float64 {
 	n := float64(tokens)
-	lin := p.DensePerTokenUS * n
-	dense := float64(p.Layers) * math.Sqrt(p.DenseFloorUS*p.DenseFloorUS+lin*lin)
-	return p.OverheadUS + dense + p.PerTokenUS*n + p.PrefillAttnNS*prefillPairs*1e-3 +
+	return p.OverheadUS + p.denseUS(n) + p.PerTokenUS*n + p.PrefillAttnNS*prefillPairs*1e-3 +
 		p.DecodeAttnNS*float64(decodeKV)*1e-3 + p.PerSampleUS*float64(samples)
+}
+
+func (p *Profile) denseUS(n float64) float64 {
+	lin := p.DensePerTokenUS * n
+	return float64(p.Layers) * math.Sqrt(p.DenseFloorUS*p.DenseFloorUS+lin*lin)
+}
+
+// DenseTime returns the dense (GEMM) part of a step of tokens tokens over
+// all layers: the part Vidur's per-operator profiles measure.
+func (p *Profile) DenseTime(tokens int) time.Duration {
+	return time.Duration(p.denseUS(float64(tokens)) * 1e3)
 }
 
 // PrefillTime returns the duration of a step that prefills one prompt of
@@ -329,12 +338,22 @@ func h100Llama3_8B() Profile {
 // (splitwise_perf_model.csv; Llama-2-70B has Llama-3-70B's layer shapes,
 // only the vocabulary differs): OverheadUS and DecodeAttnNS solve the two
 // decode measurements (token_time at batch 1 and 32, prompt 512, 128
-// output tokens, mean context 576), PerTokenUS (all-reduce volume, other
-// per-token work) and PrefillAttnNS minimise the squared relative error
-// of prompt_time over prompts 128…8192 at batch 1. Each measurement is the
-// mean of its repeated rows. PerSampleUS is folded into the fitted terms.
-// The fit's relative errors: A100 −16, −3, −2, −1, +13, 0, −4 %; H100
-// −27, −18, +10, +6, +6, −7, +1 % (prompts 128 … 8192).
+// output tokens, mean context 576); PerTokenUS (all-reduce volume and
+// other per-token work) minimises the squared relative error of
+// prompt_time at batch 1 over the prompts a step of the GPU's default
+// token budget can hold. Each measurement is the mean of its repeated
+// rows. PerSampleUS is folded into the fitted terms.
+//
+// H100: PerTokenUS and PrefillAttnNS are fitted together over prompts
+// 128…8192 (budget 8192); relative errors −27, −18, +10, +6, +6, −7, +1 %.
+//
+// A100: fitted over 128…2048 (budget 2048). Fitting PrefillAttnNS too
+// drives it to zero, which is not physical, so it is fixed at the RTX 4090
+// attention measurement scaled to a 70B TP4 shard (80 layers × 8192 FLOP
+// per pair per GPU against 32 × 16384: ×1.25) and to the A100's BF16
+// peak (×165.2/312): 2.50 ns (estimate). Relative errors −14.5, −1.0,
+// −0.9, −1.2, +7.8 % for 128…2048 (and −11, −25 % at 4096 and 8192, which
+// chunked prefill never runs as one step).
 func llama3_70B(name, gpu string) Profile {
 	return Profile{
 		Name: name, GPU: gpu, Model: "Llama-3-70B", TP: 4, Layers: 80,
@@ -357,9 +376,9 @@ func a100x4Llama3_70B() Profile {
 	p.DenseFloorUS = 311.0
 	p.DensePerTokenUS = 4263.5 / 2048
 	p.OverheadUS = 19856
-	p.PerTokenUS = 26.0
-	p.PrefillAttnNS = 19.0
-	p.DecodeAttnNS = 341
+	p.PerTokenUS = 33.13
+	p.PrefillAttnNS = rtx4090PrefillAttnNS * (80 * 8192) / (32 * 16384) * rtx4090PeakTFLOPS / a100PeakTFLOPS
+	p.DecodeAttnNS = 329.1
 	return p
 }
 
