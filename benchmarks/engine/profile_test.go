@@ -172,7 +172,7 @@ func TestRTX4090MatchesLLMServingSim(t *testing.T) {
 				// dense rows at 512 tokens: qkv, o, gate_up, down, act, layernorm ×2, rotary
 				{"dense", 1121, 32}, {"dense", 969, 32}, {"dense", 665, 32}, {"dense", 209, 32},
 				{"dense", 57, 32}, {"dense", 817, 64}, {"dense", 1273, 32},
-				{"attention", 5441, 32}, // prefill_chunk 512, kv 0
+				{"attention", 5441, 32},              // prefill_chunk 512, kv 0
 				{"dense", 361, 1}, {"dense", 513, 1}, // embedding, final_layernorm
 				{"per_sequence", 2, 1}, {"per_sequence", 42, 1}, // lm_head, sampler at 1
 			},
