@@ -209,8 +209,9 @@ func newGenerator(cfg GenConfig) (*generator, error) {
 		g.sys[ti] = make([][]uint64, n)
 		for p := range n {
 			ids := make([]uint64, full)
+			base := idBase(cfg.Seed, g.nameHash, tagSystemPrompt, g.tHash[ti], uint64(p))
 			for b := range ids {
-				ids[b] = blockID(nsGenerated, cfg.Seed, g.nameHash, tagSystemPrompt, g.tHash[ti], uint64(p), uint64(b))
+				ids[b] = blockID(nsGenerated, base, b)
 			}
 			g.sys[ti][p] = ids
 		}
@@ -298,8 +299,9 @@ func (g *generator) blocks(prefix []uint64, promptTokens int, tenant int, idx in
 	n := (promptTokens + g.bt - 1) / g.bt
 	ids := make([]uint64, n)
 	copy(ids, prefix)
+	base := idBase(g.cfg.Seed, g.nameHash, tagOwnText, g.tHash[tenant], uint64(idx))
 	for b := len(prefix); b < n; b++ {
-		ids[b] = blockID(nsGenerated, g.cfg.Seed, g.nameHash, tagOwnText, g.tHash[tenant], uint64(idx), uint64(b))
+		ids[b] = blockID(nsGenerated, base, b)
 	}
 	return ids
 }

@@ -50,14 +50,20 @@ func hashString(s string) uint64 {
 	return splitmix64(h)
 }
 
-// blockID derives a generated block id in name space ns from the given
-// coordinates (seed, tag, tenant, prompt index, block index, ...). Two ids
-// collide only if their 56-bit hashes do: with a million distinct blocks
-// the probability of any collision is about 2^-17.
-func blockID(ns uint64, coords ...uint64) uint64 {
+// idBase hashes the coordinates that all blocks of one prompt have in
+// common (seed, workload, tag, tenant, prompt index).
+func idBase(coords ...uint64) uint64 {
 	h := uint64(0)
 	for _, c := range coords {
 		h = mix(h, c)
 	}
-	return ns | h&idMask
+	return h
+}
+
+// blockID derives the id of block b of the prompt whose coordinates hash
+// to base, in name space ns. Two ids collide only if their 56-bit hashes
+// do: with a million distinct blocks the probability of any collision is
+// about 2^-17.
+func blockID(ns, base uint64, b int) uint64 {
+	return ns | mix(base, uint64(b))&idMask
 }

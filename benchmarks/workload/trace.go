@@ -3,7 +3,6 @@ package workload
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -193,7 +192,7 @@ func LoadMooncake(r io.Reader) (*Workload, error) {
 // rebase sorts requests by arrival (stable) and shifts them so that the
 // earliest arrives at 0.
 func rebase(rs []Request) {
-	slices.SortStableFunc(rs, func(a, b Request) int { return cmp.Compare(a.Arrival, b.Arrival) })
+	sortByArrival(rs)
 	if len(rs) == 0 {
 		return
 	}
@@ -328,8 +327,9 @@ func LoadAzure(r io.Reader, tenant string) (*Workload, error) {
 		row := uint64(len(w.Requests))
 		nb := (in + AzureBlockTokens - 1) / AzureBlockTokens
 		blocks := make([]uint64, nb)
+		base := idBase(tagAzure, tenantHash, row)
 		for b := range blocks {
-			blocks[b] = blockID(nsAzure, tagAzure, tenantHash, row, uint64(b))
+			blocks[b] = blockID(nsAzure, base, b)
 		}
 		times = append(times, t)
 		w.Requests = append(w.Requests, Request{

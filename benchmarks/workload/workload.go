@@ -103,8 +103,17 @@ func Merge(ws ...*Workload) *Workload {
 			}
 		}
 	}
-	slices.SortStableFunc(out.Requests, func(a, b Request) int { return cmp.Compare(a.Arrival, b.Arrival) })
+	sortByArrival(out.Requests)
 	return out
+}
+
+// sortByArrival sorts rs by arrival, keeping the order of ties; traces are
+// usually sorted already, which is checked first.
+func sortByArrival(rs []Request) {
+	byArrival := func(a, b Request) int { return cmp.Compare(a.Arrival, b.Arrival) }
+	if !slices.IsSortedFunc(rs, byArrival) {
+		slices.SortStableFunc(rs, byArrival)
+	}
 }
 
 // clone returns a copy of w with its own Requests slice (Blocks shared).
