@@ -1,0 +1,640 @@
+package prefix
+
+import (
+	"context"
+	"errors"
+	"math/bits"
+	"sync"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/inferroute/inferroute/signals"
+)
+
+// Index defaults.
+const (
+	// DefaultStride is the default spacing of indexed blocks: every 4th
+	// block of a prompt (and its last block) is indexed, so matches are
+	// resolved to 4 blocks (256 bytes, about 64 tokens) and the index costs a
+	// quarter of the memory of indexing every block.
+	DefaultStride = 4
+	// DefaultCapacity is the capacity in blocks of an endpoint whose KV-cache
+	// size is unknown: 32768 blocks of 16 tokens, 512K tokens, about what
+	// vLLM allocates for an 8B model on an 80 GB GPU.
+	DefaultCapacity = 32768
+)
+
+// IndexConfig configures an Index. The zero value means the defaults.
+type IndexConfig struct {
+	// Stride is the spacing of indexed blocks: blocks Stride-1, 2·Stride-1,
+	// … and the last block of each prompt are recorded. 1 indexes every
+	// block; 0 means DefaultStride.
+	Stride int `json:"stride,omitempty" yaml:"stride,omitempty"`
+	// DefaultCapacity is an endpoint's capacity in blocks when its scraped
+	// metrics do not give its KV-cache size; 0 means DefaultCapacity.
+	DefaultCapacity int `json:"defaultCapacity,omitempty" yaml:"defaultCapacity,omitempty"`
+	// TokensPerBlock converts a scraped KV-cache capacity in tokens
+	// (signals.Metrics.CapacityTokens) into blocks; it should be the
+	// Hasher's TokenBlock. 0 means DefaultTokenBlock.
+	TokensPerBlock int `json:"tokensPerBlock,omitempty" yaml:"tokensPerBlock,omitempty"`
+	// Meter, if non-nil, receives the index's gauges (memory in bytes,
+	// entries, distinct blocks, endpoints). Nil means no metrics.
+	Meter metric.Meter `json:"-" yaml:"-"`
+}
+
+func (c IndexConfig) withDefaults() IndexConfig {
+	if c.Stride <= 0 {
+		c.Stride = DefaultStride
+	}
+	if c.DefaultCapacity <= 0 {
+		c.DefaultCapacity = DefaultCapacity
+	}
+	if c.TokensPerBlock <= 0 {
+		c.TokensPerBlock = DefaultTokenBlock
+	}
+	return c
+}
+
+// Compile-time interface guards.
+var (
+	_ signals.PrefixMatcher = (*Index)(nil)
+	_ signals.Observer      = (*Index)(nil)
+)
+
+// Index is an approximate map of which endpoints hold which prompt
+// prefixes in their KV cache. It implements signals.PrefixMatcher (Match)
+// and signals.Observer (Dispatched, Completed); give it to the picker with
+// picker.WithPrefixMatcher and it observes dispatches and outcomes by
+// itself.
+//
+// Layout: every endpoint gets a small slot number; a hash map from block
+// hash to the set of slots holding the block (up to three slots inline in
+// the map value, a bitset beyond); and per endpoint an LRU of the block
+// hashes it holds (github.com/hashicorp/golang-lru/v2), sized from the
+// endpoint's scraped KV-cache capacity, whose evictions remove the slot from
+// the block's set. Because block hashes are chained, an endpoint holding
+// block i holds the whole prefix 0..i, and Match finds every endpoint's
+// longest held prefix in one walk along the prompt, intersecting holder sets
+// and stopping when no candidate is left: O(blocks + endpoints), not their
+// product. Blocks are touched last to first, so an endpoint's LRU evicts the
+// tail of a prompt before its head, as vLLM evicts a freed request's blocks
+// tail first.
+//
+// Only every Stride-th block and the last block of a prompt are recorded
+// (IndexConfig.Stride), so a match is resolved to Stride blocks.
+//
+// An Index is safe for concurrent use: Match takes a read lock and does not
+// allocate; Dispatched, Completed and Forget take the write lock and cost
+// O(blocks of the request) or O(entries of the endpoint).
+type Index struct {
+	cfg IndexConfig
+
+	mu      sync.RWMutex
+	eps     map[*signals.Endpoint]*epState
+	bySlot  []*epState // slot → endpoint state, nil when free
+	free    []int32    // free slots
+	blocks  map[uint64]uint64
+	words   int      // words per bitset; slots < words·64
+	sets    []uint64 // bitset slab: set k is sets[k·words : (k+1)·words]
+	setFree []uint32
+	nsets   int // bitsets in use
+	entries int // (block, endpoint) entries
+	epoch   uint64
+
+	scratch sync.Pool // *matchScratch
+	reg     metric.Registration
+}
+
+// epState is one endpoint's part of the index.
+type epState struct {
+	ep    *signals.Endpoint
+	slot  int32
+	gen   uint64 // ep.Generation() the entries were recorded at
+	cap   int    // LRU capacity in entries
+	mark  uint64 // Retain's epoch
+	lru   *simplelru.LRU[uint64, uint8]
+	owner *Index
+}
+
+// Entry values in an endpoint's LRU.
+const (
+	pending   uint8 = 0 // recorded at dispatch
+	confirmed uint8 = 1 // a request using it completed
+)
+
+// NewIndex returns an empty Index. It fails only when registering the
+// gauges with cfg.Meter fails.
+func NewIndex(cfg IndexConfig) (*Index, error) {
+	ix := &Index{
+		cfg:    cfg.withDefaults(),
+		eps:    make(map[*signals.Endpoint]*epState),
+		blocks: make(map[uint64]uint64),
+		words:  1,
+	}
+	if cfg.Meter != nil {
+		if err := ix.registerMetrics(cfg.Meter); err != nil {
+			return nil, err
+		}
+	}
+	return ix, nil
+}
+
+// Close unregisters the index's gauges. The index stays usable.
+func (ix *Index) Close() error {
+	if ix.reg != nil {
+		return ix.reg.Unregister()
+	}
+	return nil
+}
+
+func (ix *Index) registerMetrics(m metric.Meter) error {
+	mem, err1 := m.Int64ObservableGauge("inferroute.prefix.index.memory",
+		metric.WithUnit("By"), metric.WithDescription("Estimated memory held by the prefix index."))
+	ent, err2 := m.Int64ObservableGauge("inferroute.prefix.index.entries",
+		metric.WithUnit("{entry}"), metric.WithDescription("(block, endpoint) entries in the prefix index."))
+	blk, err3 := m.Int64ObservableGauge("inferroute.prefix.index.blocks",
+		metric.WithUnit("{block}"), metric.WithDescription("Distinct block hashes in the prefix index."))
+	eps, err4 := m.Int64ObservableGauge("inferroute.prefix.index.endpoints",
+		metric.WithUnit("{endpoint}"), metric.WithDescription("Endpoints tracked by the prefix index."))
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return err
+	}
+	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := ix.Stats()
+		o.ObserveInt64(mem, s.Bytes)
+		o.ObserveInt64(ent, int64(s.Entries))
+		o.ObserveInt64(blk, int64(s.Blocks))
+		o.ObserveInt64(eps, int64(s.Endpoints))
+		return nil
+	}, mem, ent, blk, eps)
+	if err != nil {
+		return err
+	}
+	ix.reg = reg
+	return nil
+}
+
+// IndexStats describes an Index's size.
+type IndexStats struct {
+	// Endpoints is the number of endpoints with state in the index.
+	Endpoints int
+	// Entries is the number of (block, endpoint) entries.
+	Entries int
+	// Blocks is the number of distinct block hashes.
+	Blocks int
+	// Bytes estimates the memory held, from the sizes of the structures
+	// (see entryBytes and blockBytes); BenchmarkIndexMemory checks the
+	// estimate against the Go heap.
+	Bytes int64
+}
+
+// Estimated sizes, in bytes, checked by BenchmarkIndexMemory:
+//   - an LRU entry is golang-lru's list element (64 bytes: two links, the
+//     list pointer, key, value and its unused expiry fields) plus its slot
+//     in the LRU's Go map (16 bytes of key and pointer plus a control byte,
+//     at an average load of about 2/3);
+//   - a distinct block is a slot in the block map (key and value, same
+//     load).
+const (
+	entryBytes    = 64 + 26
+	blockBytes    = 26
+	endpointBytes = 512
+)
+
+// Stats returns the index's current size. It takes the read lock.
+func (ix *Index) Stats() IndexStats {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	s := IndexStats{Endpoints: len(ix.eps), Entries: ix.entries, Blocks: len(ix.blocks)}
+	s.Bytes = int64(s.Entries)*entryBytes + int64(s.Blocks)*blockBytes +
+		int64(len(ix.sets))*8 + int64(len(ix.bySlot))*(endpointBytes+8)
+	return s
+}
+
+// MemoryBytes returns the estimated memory held by the index (Stats().Bytes).
+func (ix *Index) MemoryBytes() int64 { return ix.Stats().Bytes }
+
+// positions calls f for the indexed positions of an n-block prompt, last to
+// first: n-1, then every Stride-th block below it.
+func (ix *Index) positions(n int, f func(p int)) {
+	s := ix.cfg.Stride
+	f(n - 1)
+	for p := (n-1)/s*s - 1; p >= 0; p -= s {
+		if p != n-1 {
+			f(p)
+		}
+	}
+}
+
+// Dispatched records req's blocks on ep, pending confirmation, so that the
+// next requests with the same prefix see the placement at once. It
+// implements signals.Observer.
+func (ix *Index) Dispatched(req *signals.Request, ep *signals.Endpoint) {
+	hs := req.PromptBlocks
+	if len(hs) == 0 || ep == nil {
+		return
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	st := ix.stateLocked(ep)
+	ix.positions(len(hs), func(p int) {
+		h := hs[p]
+		if _, ok := st.lru.Get(h); ok {
+			return
+		}
+		st.lru.Add(h, pending)
+		ix.addHolder(h, st.slot)
+		ix.entries++
+	})
+}
+
+// Completed confirms req's blocks on ep when the endpoint processed the
+// prompt (no error, or an error after the first token), re-adding any that
+// were evicted meanwhile. When the request failed before its first token,
+// the entries it added that no successful request confirmed are removed.
+// It implements signals.Observer.
+func (ix *Index) Completed(req *signals.Request, ep *signals.Endpoint, out signals.Outcome) {
+	hs := req.PromptBlocks
+	if len(hs) == 0 || ep == nil {
+		return
+	}
+	ok := out.Err == nil || out.TTFT > 0
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if !ok {
+		st := ix.eps[ep]
+		if st == nil || st.gen != ep.Generation() {
+			return
+		}
+		ix.positions(len(hs), func(p int) {
+			if v, found := st.lru.Peek(hs[p]); found && v == pending {
+				st.lru.Remove(hs[p])
+			}
+		})
+		return
+	}
+	st := ix.stateLocked(ep)
+	ix.positions(len(hs), func(p int) {
+		h := hs[p]
+		if _, found := st.lru.Peek(h); !found {
+			ix.addHolder(h, st.slot)
+			ix.entries++
+		}
+		st.lru.Add(h, confirmed)
+	})
+}
+
+// stateLocked returns ep's state, creating it, dropping its entries when
+// its generation changed and following its capacity. ix.mu must be held.
+func (ix *Index) stateLocked(ep *signals.Endpoint) *epState {
+	gen := ep.Generation()
+	st := ix.eps[ep]
+	if st == nil {
+		st = &epState{ep: ep, gen: gen, owner: ix}
+		st.slot = ix.allocSlot(st)
+		st.cap = ix.capacity(ep)
+		st.lru, _ = simplelru.NewLRU(st.cap, st.evicted) // cap ≥ 1
+		ix.eps[ep] = st
+		return st
+	}
+	if st.gen != gen {
+		st.lru.Purge()
+		st.lru, _ = simplelru.NewLRU(st.cap, st.evicted) // release the old map
+		st.gen = gen
+	}
+	if c := ix.capacity(ep); c != st.cap {
+		st.cap = c
+		st.lru.Resize(c)
+	}
+	return st
+}
+
+// evicted is the LRU's eviction callback: the endpoint no longer holds h.
+func (st *epState) evicted(h uint64, _ uint8) {
+	st.owner.removeHolder(h, st.slot)
+	st.owner.entries--
+}
+
+// capacity returns ep's LRU capacity in entries.
+func (ix *Index) capacity(ep *signals.Endpoint) int {
+	blocks := ix.cfg.DefaultCapacity
+	if t := ep.Metrics().CapacityTokens(); t > 0 {
+		blocks = t / ix.cfg.TokensPerBlock
+	}
+	return max((blocks+ix.cfg.Stride-1)/ix.cfg.Stride, 1)
+}
+
+// Forget drops the given endpoints and all their entries, for endpoints
+// that left the pool. Unknown endpoints are ignored.
+func (ix *Index) Forget(eps ...*signals.Endpoint) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for _, ep := range eps {
+		if st := ix.eps[ep]; st != nil {
+			ix.dropLocked(st)
+		}
+	}
+}
+
+// Retain drops every endpoint not in keep, and the entries of kept
+// endpoints whose generation changed (restarted or went down). Call it with
+// the pool's endpoints whenever they change (the picker's SetEndpoints
+// snapshot). keep is not retained.
+func (ix *Index) Retain(keep []*signals.Endpoint) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.epoch++
+	for _, ep := range keep {
+		if st := ix.eps[ep]; st != nil {
+			st.mark = ix.epoch
+		}
+	}
+	for _, st := range ix.eps {
+		switch {
+		case st.mark != ix.epoch:
+			ix.dropLocked(st)
+		case st.gen != st.ep.Generation():
+			ix.stateLocked(st.ep)
+		}
+	}
+}
+
+func (ix *Index) dropLocked(st *epState) {
+	st.lru.Purge()
+	delete(ix.eps, st.ep)
+	ix.bySlot[st.slot] = nil
+	ix.free = append(ix.free, st.slot)
+}
+
+// allocSlot gives st a slot, growing the bitsets when the slots outgrow them.
+func (ix *Index) allocSlot(st *epState) int32 {
+	if n := len(ix.free); n > 0 {
+		s := ix.free[n-1]
+		ix.free = ix.free[:n-1]
+		ix.bySlot[s] = st
+		return s
+	}
+	s := int32(len(ix.bySlot))
+	ix.bySlot = append(ix.bySlot, st)
+	if need := (len(ix.bySlot) + 63) / 64; need > ix.words {
+		ix.regrowSets(max(need, 2*ix.words))
+	}
+	return s
+}
+
+func (ix *Index) regrowSets(words int) {
+	nsets := len(ix.sets) / ix.words
+	grown := make([]uint64, nsets*words)
+	for k := 0; k < nsets; k++ {
+		copy(grown[k*words:], ix.sets[k*ix.words:(k+1)*ix.words])
+	}
+	ix.sets, ix.words = grown, words
+}
+
+// Holder sets, the values of ix.blocks. Inline: three 21-bit fields holding
+// slot+1 (0 = empty). Bitset: the top bit set and the set's number in the
+// low 32 bits.
+const (
+	fieldBits = 21
+	fieldMask = 1<<fieldBits - 1
+	bitsetTag = 1 << 63
+)
+
+func (ix *Index) set(k uint64) []uint64 {
+	k &= 0xffffffff
+	return ix.sets[int(k)*ix.words : (int(k)+1)*ix.words]
+}
+
+func (ix *Index) addHolder(h uint64, slot int32) {
+	v := ix.blocks[h]
+	if v&bitsetTag != 0 {
+		ix.set(v)[slot>>6] |= 1 << (slot & 63)
+		return
+	}
+	f := uint64(slot) + 1
+	for i := 0; i < 3; i++ {
+		switch (v >> (i * fieldBits)) & fieldMask {
+		case f:
+			return
+		case 0:
+			ix.blocks[h] = v | f<<(i*fieldBits)
+			return
+		}
+	}
+	// Three holders already: switch to a bitset.
+	var k uint32
+	if n := len(ix.setFree); n > 0 {
+		k = ix.setFree[n-1]
+		ix.setFree = ix.setFree[:n-1]
+	} else {
+		k = uint32(len(ix.sets) / ix.words)
+		ix.sets = append(ix.sets, make([]uint64, ix.words)...)
+	}
+	ix.nsets++
+	bs := ix.set(uint64(k))
+	for i := 0; i < 3; i++ {
+		s := (v>>(i*fieldBits))&fieldMask - 1
+		bs[s>>6] |= 1 << (s & 63)
+	}
+	bs[slot>>6] |= 1 << (slot & 63)
+	ix.blocks[h] = bitsetTag | uint64(k)
+}
+
+func (ix *Index) removeHolder(h uint64, slot int32) {
+	v, ok := ix.blocks[h]
+	if !ok {
+		return
+	}
+	if v&bitsetTag != 0 {
+		bs := ix.set(v)
+		bs[slot>>6] &^= 1 << (slot & 63)
+		for _, w := range bs {
+			if w != 0 {
+				return
+			}
+		}
+		ix.setFree = append(ix.setFree, uint32(v))
+		ix.nsets--
+		delete(ix.blocks, h)
+		return
+	}
+	f := uint64(slot) + 1
+	for i := 0; i < 3; i++ {
+		if (v>>(i*fieldBits))&fieldMask == f {
+			v &^= fieldMask << (i * fieldBits)
+		}
+	}
+	if v == 0 {
+		delete(ix.blocks, h)
+	} else {
+		ix.blocks[h] = v
+	}
+}
+
+// matchScratch is Match's reusable working memory.
+type matchScratch struct {
+	alive []uint64 // bitset of candidate slots still matching
+	last  []int32  // slot → matched blocks
+	slots []int32  // endpoint index → slot, -1 when it holds nothing
+}
+
+// Match writes into out[i] the fraction of req.PromptBlocks that eps[i] is
+// believed to hold as a leading prefix. Endpoints unknown to the index, or
+// whose generation changed since their entries were recorded, hold nothing.
+// It implements signals.PrefixMatcher: it costs O(len(req.PromptBlocks)/
+// Stride + len(eps)), does not allocate once warm, does not retain eps or
+// out, and is safe for concurrent use.
+func (ix *Index) Match(req *signals.Request, eps []*signals.Endpoint, out []float64) {
+	out = out[:len(eps)]
+	hs := req.PromptBlocks
+	if len(hs) == 0 {
+		clear(out)
+		return
+	}
+	sc, _ := ix.scratch.Get().(*matchScratch)
+	if sc == nil {
+		sc = new(matchScratch)
+	}
+	ix.mu.RLock()
+	sc.size(ix.words, len(ix.bySlot), len(eps))
+	anyAlive := false
+	for i, ep := range eps {
+		st := ix.eps[ep]
+		if st == nil || st.gen != ep.Generation() || st.lru.Len() == 0 {
+			sc.slots[i] = -1
+			continue
+		}
+		s := st.slot
+		sc.slots[i] = s
+		sc.alive[s>>6] |= 1 << (s & 63)
+		sc.last[s] = 0
+		anyAlive = true
+	}
+	if anyAlive {
+		ix.walk(hs, sc)
+	}
+	ix.mu.RUnlock()
+	n := float64(len(hs))
+	for i, s := range sc.slots[:len(eps)] {
+		if s < 0 {
+			out[i] = 0
+		} else {
+			out[i] = float64(sc.last[s]) / n
+		}
+	}
+	ix.scratch.Put(sc)
+}
+
+func (sc *matchScratch) size(words, slots, eps int) {
+	if cap(sc.alive) < words {
+		sc.alive = make([]uint64, words)
+	}
+	sc.alive = sc.alive[:words]
+	clear(sc.alive)
+	if cap(sc.last) < slots {
+		sc.last = make([]int32, slots)
+	}
+	sc.last = sc.last[:slots]
+	if cap(sc.slots) < eps {
+		sc.slots = make([]int32, eps)
+	}
+	sc.slots = sc.slots[:eps]
+}
+
+// walk follows the prompt's indexed positions, intersecting the candidates
+// with each block's holders, and records in sc.last how many blocks each
+// candidate slot matched. The candidates live in the bitset sc.alive until a
+// block has at most three holders, then in a short list.
+func (ix *Index) walk(hs []uint64, sc *matchScratch) {
+	var small [3]int32
+	ns := -1 // -1: candidates are the bitset sc.alive
+	matched := int32(0)
+	stride := ix.cfg.Stride
+	n := len(hs)
+	for p := stride - 1; ; p += stride {
+		p = min(p, n-1) // stride positions, then the last block
+		v, ok := ix.blocks[hs[p]]
+		if !ok {
+			v = 0
+		}
+		alive := false
+		if ns < 0 {
+			if v&bitsetTag != 0 {
+				bs := ix.set(v)
+				for w, a := range sc.alive {
+					keep := a & bs[w]
+					ix.drop(sc, w, a&^keep, matched)
+					sc.alive[w] = keep
+					alive = alive || keep != 0
+				}
+			} else {
+				ns = 0
+				for i := 0; i < 3; i++ {
+					f := (v >> (i * fieldBits)) & fieldMask
+					if f == 0 {
+						continue
+					}
+					s := int32(f - 1)
+					if w := s >> 6; int(w) < len(sc.alive) && sc.alive[w]&(1<<(s&63)) != 0 {
+						sc.alive[w] &^= 1 << (s & 63)
+						small[ns] = s
+						ns++
+					}
+				}
+				for w, a := range sc.alive {
+					ix.drop(sc, w, a, matched)
+				}
+				alive = ns > 0
+			}
+		} else {
+			k := 0
+			for _, s := range small[:ns] {
+				if holds(ix, v, s) {
+					small[k] = s
+					k++
+				} else {
+					sc.last[s] = matched
+				}
+			}
+			ns = k
+			alive = ns > 0
+		}
+		if !alive {
+			return
+		}
+		matched = int32(p + 1)
+		if p == n-1 {
+			break
+		}
+	}
+	// Every remaining candidate holds the whole prompt.
+	if ns < 0 {
+		for w, a := range sc.alive {
+			ix.drop(sc, w, a, matched)
+		}
+		return
+	}
+	for _, s := range small[:ns] {
+		sc.last[s] = matched
+	}
+}
+
+// drop records matched blocks for the slots in bit word w of dropped.
+func (ix *Index) drop(sc *matchScratch, w int, dropped uint64, matched int32) {
+	for dropped != 0 {
+		b := bits.TrailingZeros64(dropped)
+		dropped &= dropped - 1
+		sc.last[w<<6|b] = matched
+	}
+}
+
+// holds reports whether holder set v contains slot s.
+func holds(ix *Index, v uint64, s int32) bool {
+	if v&bitsetTag != 0 {
+		bs := ix.set(v)
+		return int(s>>6) < len(bs) && bs[s>>6]&(1<<(s&63)) != 0
+	}
+	f := uint64(s) + 1
+	return v&fieldMask == f || (v>>fieldBits)&fieldMask == f || (v>>(2*fieldBits))&fieldMask == f
+}

@@ -1,0 +1,320 @@
+package prefix
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/inferroute/inferroute/signals"
+)
+
+// chain returns prefix followed by n new block hashes derived from seed.
+// Hashes are chained like a Hasher's, so distinct seeds never collide.
+func chain(prefix []uint64, n int, seed uint64) []uint64 {
+	out := append([]uint64(nil), prefix...)
+	prev := seed*0x9e3779b97f4a7c15 + 1
+	if len(prefix) > 0 {
+		prev = prefix[len(prefix)-1]
+	}
+	for i := 0; i < n; i++ {
+		prev = mum(prev^p0, seed^p1^uint64(i))
+		out = append(out, prev)
+	}
+	return out
+}
+
+func newEndpoints(n int) []*signals.Endpoint {
+	eps := make([]*signals.Endpoint, n)
+	for i := range eps {
+		eps[i] = signals.NewEndpoint(signals.EndpointSpec{Name: fmt.Sprintf("pod-%d", i)})
+	}
+	return eps
+}
+
+func newIndex(t testing.TB, cfg IndexConfig) *Index {
+	t.Helper()
+	ix, err := NewIndex(cfg)
+	require.NoError(t, err)
+	return ix
+}
+
+func match(ix *Index, blocks []uint64, eps []*signals.Endpoint) []float64 {
+	out := make([]float64, len(eps))
+	ix.Match(&signals.Request{PromptBlocks: blocks}, eps, out)
+	return out
+}
+
+func TestMatchLongestPrefix(t *testing.T) {
+	eps := newEndpoints(3)
+	base := chain(nil, 16, 1)
+	long := chain(base, 16, 2) // 32 blocks, first 16 shared with base
+	other := chain(nil, 32, 3)
+	tests := []struct {
+		name   string
+		stride int
+		query  []uint64
+		want   []float64
+	}{
+		{"exact", 1, base, []float64{1, 1, 0}},
+		{"extension", 1, long, []float64{0.5, 1, 0}},
+		{"unrelated", 1, other, []float64{0, 0, 0}},
+		{"stride 4 exact", 4, base, []float64{1, 1, 0}},
+		{"stride 4 extension", 4, long, []float64{0.5, 1, 0}},
+		{"stride 4 partial", 4, long[:22], []float64{16.0 / 22, 20.0 / 22, 0}},
+		{"stride 5 extension", 5, long, []float64{15.0 / 32, 1, 0}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := newIndex(t, IndexConfig{Stride: tc.stride})
+			ix.Dispatched(&signals.Request{PromptBlocks: base}, eps[0])
+			ix.Dispatched(&signals.Request{PromptBlocks: long}, eps[1])
+			assert.InDeltaSlice(t, tc.want, match(ix, tc.query, eps), 1e-12)
+		})
+	}
+}
+
+func TestMatchManyHolders(t *testing.T) {
+	// 200 endpoints: endpoint i holds the first 8+i blocks of one chain, so
+	// block sets are bitsets, then shrink to a short list at the tail.
+	eps := newEndpoints(200)
+	full := chain(nil, 300, 9)
+	ix := newIndex(t, IndexConfig{Stride: 1})
+	for i, ep := range eps {
+		ix.Dispatched(&signals.Request{PromptBlocks: full[:8+i]}, ep)
+	}
+	got := match(ix, full, eps)
+	for i := range eps {
+		assert.InDelta(t, float64(8+i)/300, got[i], 1e-12, "endpoint %d", i)
+	}
+	// Reordered and partial candidate lists are answered alike.
+	sub := []*signals.Endpoint{eps[150], eps[3], eps[199], signals.NewEndpoint(signals.EndpointSpec{Name: "new"})}
+	assert.InDeltaSlice(t, []float64{158.0 / 300, 11.0 / 300, 207.0 / 300, 0}, match(ix, full, sub), 1e-12)
+	// A query shorter than most holdings.
+	got = match(ix, full[:10], eps[:4])
+	assert.InDeltaSlice(t, []float64{0.8, 0.9, 1, 1}, got, 1e-12)
+}
+
+func TestRestartEmptiesEntries(t *testing.T) {
+	eps := newEndpoints(2)
+	ix := newIndex(t, IndexConfig{})
+	blocks := chain(nil, 40, 1)
+	for _, ep := range eps {
+		ix.Dispatched(&signals.Request{PromptBlocks: blocks}, ep)
+	}
+	require.Equal(t, []float64{1, 1}, match(ix, blocks, eps))
+	before := ix.Stats()
+	assert.Equal(t, 2*10, before.Entries) // blocks 3, 7, …, 39 per endpoint
+
+	eps[0].MarkRestarted()
+	assert.Equal(t, []float64{0, 1}, match(ix, blocks, eps), "a restarted pod holds nothing at once")
+	ix.Retain(eps)
+	s := ix.Stats()
+	assert.Equal(t, 10, s.Entries, "its entries are gone")
+	assert.Equal(t, 10, s.Blocks)
+
+	eps[1].MarkDown() // down also starts a new generation
+	assert.Equal(t, []float64{0, 0}, match(ix, blocks, eps))
+	ix.Dispatched(&signals.Request{PromptBlocks: blocks[:4]}, eps[1])
+	assert.Equal(t, 1, ix.Stats().Entries, "stale entries dropped lazily on the next dispatch")
+	assert.Equal(t, []float64{0, 0.1}, match(ix, blocks, eps))
+}
+
+func TestForgetAndRetain(t *testing.T) {
+	eps := newEndpoints(4)
+	ix := newIndex(t, IndexConfig{Stride: 1})
+	blocks := chain(nil, 10, 1)
+	for _, ep := range eps {
+		ix.Dispatched(&signals.Request{PromptBlocks: blocks}, ep)
+	}
+	assert.Equal(t, 40, ix.Stats().Entries)
+	ix.Forget(eps[0])
+	ix.Retain(eps[1:3])
+	s := ix.Stats()
+	assert.Equal(t, 2, s.Endpoints)
+	assert.Equal(t, 20, s.Entries)
+	assert.Equal(t, 10, s.Blocks)
+	assert.Equal(t, []float64{0, 1, 1, 0}, match(ix, blocks, eps))
+	// Freed slots are reused without stale bits.
+	fresh := newEndpoints(2)
+	ix.Dispatched(&signals.Request{PromptBlocks: blocks[:5]}, fresh[0])
+	assert.Equal(t, []float64{0.5, 0}, match(ix, blocks, fresh))
+	ix.Forget(eps...)
+	ix.Forget(fresh...)
+	s = ix.Stats()
+	assert.Equal(t, IndexStats{Bytes: s.Bytes}, s)
+}
+
+func TestCapacityEvictsTailFirst(t *testing.T) {
+	ep := signals.NewEndpoint(signals.EndpointSpec{Name: "small"})
+	// 64 KV blocks of 16 tokens: 64 hash blocks of 16 tokens.
+	ep.SetMetrics(&signals.Metrics{BlockSize: 16, NumBlocks: 64})
+	ix := newIndex(t, IndexConfig{Stride: 1})
+	eps := []*signals.Endpoint{ep}
+	long := chain(nil, 100, 1)
+	ix.Dispatched(&signals.Request{PromptBlocks: long}, ep)
+	assert.Equal(t, 64, ix.Stats().Entries)
+	assert.InDeltaSlice(t, []float64{0.64}, match(ix, long, eps), 1e-12, "the head survives, the tail is evicted")
+
+	// Least recently used prompts go first.
+	ix2 := newIndex(t, IndexConfig{Stride: 1})
+	a, b, c := chain(nil, 30, 2), chain(nil, 30, 3), chain(nil, 30, 4)
+	ix2.Dispatched(&signals.Request{PromptBlocks: a}, ep)
+	ix2.Dispatched(&signals.Request{PromptBlocks: b}, ep)
+	ix2.Dispatched(&signals.Request{PromptBlocks: a}, ep) // touch a
+	ix2.Dispatched(&signals.Request{PromptBlocks: c}, ep) // 90 > 64: b loses 26 blocks
+	assert.InDeltaSlice(t, []float64{1}, match(ix2, a, eps), 1e-12)
+	assert.InDeltaSlice(t, []float64{4.0 / 30}, match(ix2, b, eps), 1e-12)
+	assert.InDeltaSlice(t, []float64{1}, match(ix2, c, eps), 1e-12)
+
+	// Capacity follows the scrape; the default applies without one.
+	ep.SetMetrics(&signals.Metrics{BlockSize: 16, NumBlocks: 8})
+	ix2.Dispatched(&signals.Request{PromptBlocks: a[:1]}, ep)
+	assert.Equal(t, 8, ix2.Stats().Entries)
+	ix3 := newIndex(t, IndexConfig{Stride: 2, DefaultCapacity: 10})
+	ix3.Dispatched(&signals.Request{PromptBlocks: long}, signals.NewEndpoint(signals.EndpointSpec{Name: "x"}))
+	assert.Equal(t, 5, ix3.Stats().Entries)
+}
+
+func TestCompletedConfirmsOrUnconfirms(t *testing.T) {
+	eps := newEndpoints(1)
+	ep := eps[0]
+	blocks := chain(nil, 8, 1)
+	more := chain(blocks, 8, 2)
+	failed := signals.Outcome{Err: errors.New("boom")}
+	tests := []struct {
+		name string
+		run  func(ix *Index)
+		want float64
+	}{
+		{"success keeps", func(ix *Index) {
+			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
+			ix.Completed(&signals.Request{PromptBlocks: more}, ep, signals.Outcome{})
+		}, 1},
+		{"failure before first token removes", func(ix *Index) {
+			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
+			ix.Completed(&signals.Request{PromptBlocks: more}, ep, failed)
+		}, 0},
+		{"failure after first token keeps", func(ix *Index) {
+			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
+			ix.Completed(&signals.Request{PromptBlocks: more}, ep, signals.Outcome{Err: failed.Err, TTFT: 1})
+		}, 1},
+		{"failure keeps what an earlier success confirmed", func(ix *Index) {
+			ix.Dispatched(&signals.Request{PromptBlocks: blocks}, ep)
+			ix.Completed(&signals.Request{PromptBlocks: blocks}, ep, signals.Outcome{})
+			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
+			ix.Completed(&signals.Request{PromptBlocks: more}, ep, failed)
+		}, 0.5},
+		{"success re-adds what was dropped", func(ix *Index) {
+			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
+			ix.Forget(ep)
+			ix.Completed(&signals.Request{PromptBlocks: more}, ep, signals.Outcome{})
+		}, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := newIndex(t, IndexConfig{Stride: 1})
+			tc.run(ix)
+			assert.InDeltaSlice(t, []float64{tc.want}, match(ix, more, eps), 1e-12)
+		})
+	}
+}
+
+func TestMatchEdgeCases(t *testing.T) {
+	ix := newIndex(t, IndexConfig{})
+	eps := newEndpoints(2)
+	out := []float64{7, 7}
+	ix.Match(&signals.Request{}, eps, out)
+	assert.Equal(t, []float64{0, 0}, out, "no blocks")
+	ix.Dispatched(&signals.Request{}, eps[0])
+	ix.Completed(&signals.Request{}, eps[0], signals.Outcome{})
+	assert.Equal(t, 0, ix.Stats().Endpoints)
+	out = []float64{7, 7}
+	ix.Match(&signals.Request{PromptBlocks: chain(nil, 3, 1)}, eps, out)
+	assert.Equal(t, []float64{0, 0}, out, "empty index")
+	ix.Match(&signals.Request{PromptBlocks: chain(nil, 3, 1)}, nil, nil)
+}
+
+func TestMatchDoesNotAllocate(t *testing.T) {
+	eps := newEndpoints(100)
+	ix := newIndex(t, IndexConfig{})
+	shared := chain(nil, 128, 1)
+	for i, ep := range eps {
+		ix.Dispatched(&signals.Request{PromptBlocks: chain(shared, 64, uint64(i+2))}, ep)
+	}
+	req := &signals.Request{PromptBlocks: chain(shared, 64, 5)}
+	out := make([]float64, len(eps))
+	ix.Match(req, eps, out)
+	allocs := testing.AllocsPerRun(100, func() { ix.Match(req, eps, out) })
+	if !raceEnabled {
+		assert.Zero(t, allocs)
+	}
+	assert.InDelta(t, 1, out[3], 1e-12) // chain seed 5 was dispatched to eps[3]
+	assert.InDelta(t, 128.0/192, out[0], 1e-12)
+}
+
+func TestIndexConcurrentUse(t *testing.T) {
+	eps := newEndpoints(16)
+	ix := newIndex(t, IndexConfig{DefaultCapacity: 256})
+	shared := chain(nil, 32, 1)
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			out := make([]float64, len(eps))
+			for i := 0; i < 300; i++ {
+				req := &signals.Request{PromptBlocks: chain(shared, 16, uint64(g*1000+i%50))}
+				ix.Match(req, eps, out)
+				ep := eps[(g+i)%len(eps)]
+				ix.Dispatched(req, ep)
+				ix.Completed(req, ep, signals.Outcome{})
+				if i%97 == 0 {
+					ix.Retain(eps)
+					ep.MarkRestarted()
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	s := ix.Stats()
+	assert.LessOrEqual(t, s.Entries, len(eps)*256/DefaultStride)
+	assert.Positive(t, s.Entries)
+}
+
+func TestIndexGauges(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	ix := newIndex(t, IndexConfig{Stride: 1, Meter: mp.Meter("test")})
+	eps := newEndpoints(2)
+	blocks := chain(nil, 10, 1)
+	ix.Dispatched(&signals.Request{PromptBlocks: blocks}, eps[0])
+	ix.Dispatched(&signals.Request{PromptBlocks: blocks[:4]}, eps[1])
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			g, ok := m.Data.(metricdata.Gauge[int64])
+			require.True(t, ok, m.Name)
+			got[m.Name] = g.DataPoints[0].Value
+		}
+	}
+	// 14 entries, 10 distinct blocks, 2 endpoints in 2 slots.
+	wantBytes := int64(14*entryBytes + 10*blockBytes + 2*(endpointBytes+8))
+	assert.Equal(t, map[string]int64{
+		"inferroute.prefix.index.memory":    wantBytes,
+		"inferroute.prefix.index.entries":   14,
+		"inferroute.prefix.index.blocks":    10,
+		"inferroute.prefix.index.endpoints": 2,
+	}, got)
+	assert.Equal(t, wantBytes, ix.MemoryBytes())
+	require.NoError(t, ix.Close())
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package prefix
+
+const raceEnabled = false
