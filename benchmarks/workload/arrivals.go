@@ -148,7 +148,7 @@ type OnOff struct {
 	// On and Off are the period lengths; both must be > 0.
 	On, Off time.Duration
 
-	now float64 // seconds since the start of the run
+	pos float64 // seconds since the start of the current cycle, in [0, On+Off]
 }
 
 var (
@@ -158,33 +158,35 @@ var (
 
 // Reset implements Resetter: the next arrival is drawn from the start of
 // an On period.
-func (o *OnOff) Reset() { o.now = 0 }
+func (o *OnOff) Reset() { o.pos = 0 }
 
-// Next implements Arrivals.
+// Next implements Arrivals. The position is kept within one cycle, so
+// that rounding cannot stall it however long the run.
 func (o *OnOff) Next(r *rand.Rand) time.Duration {
-	on, off := o.On.Seconds(), o.Off.Seconds()
-	period := on + off
+	on, period := o.On.Seconds(), (o.On + o.Off).Seconds()
 	e := r.ExpFloat64() // unit-rate exponential "work" to spend
-	t := o.now
+	gap := 0.0
 	for {
-		pos := math.Mod(t, period)
-		rate, left := o.BurstRate, on-pos
-		if pos >= on {
-			rate, left = o.BaseRate, period-pos
+		rate, end := o.BurstRate, on
+		if o.pos >= on {
+			rate, end = o.BaseRate, period
 		}
-		if left <= 0 { // floating-point edge: move into the next phase
-			left = math.Nextafter(pos, math.Inf(1)) - pos
-		}
+		left := end - o.pos
 		if rate > 0 && e < rate*left {
-			t += e / rate
-			break
+			d := e / rate
+			gap += d
+			o.pos = min(o.pos+d, end)
+			return seconds(gap)
 		}
+		// The rest of this phase passes without an arrival.
 		e -= rate * left
-		t += left
+		gap += left
+		if end == period {
+			o.pos = 0
+		} else {
+			o.pos = on
+		}
 	}
-	gap := t - o.now
-	o.now = t
-	return seconds(gap)
 }
 
 func (o *OnOff) validate() error {

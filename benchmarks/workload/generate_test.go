@@ -82,6 +82,13 @@ func TestOnOffBursts(t *testing.T) {
 		require.Less(t, r.Arrival%(5*time.Second), 2*time.Second)
 	}
 	assert.InDelta(t, 20, w.Stats().MeanRate, 0.6) // 50·2/5
+
+	// Short bursts in long quiet hours: the cycle position stays exact
+	// over weeks of virtual time. Expected 1000·0.001 + 0.001·3600 = 4.6
+	// arrivals per 3600.001 s cycle.
+	w = gen(t, GenConfig{Seed: 4, N: 2000, Arrivals: &OnOff{BaseRate: 0.001, BurstRate: 1000, On: time.Millisecond, Off: time.Hour}, Lengths: Fixed{1, 1}})
+	assert.Greater(t, w.Requests[len(w.Requests)-1].Arrival, 300*time.Hour)
+	assert.InDelta(t, 4.6/3600.001, w.Stats().MeanRate, 0.07*4.6/3600.001)
 }
 
 func TestGammaSampleMoments(t *testing.T) {
