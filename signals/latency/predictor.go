@@ -1,0 +1,696 @@
+package latency
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/inferroute/inferroute/signals"
+)
+
+// Features of the TTFT model, in the order of its coefficient vector.
+const (
+	fConst    = iota // 1: fixed overhead (HTTP, scheduling, first decode step)
+	fUncached        // this request's uncached prompt tokens, in thousands
+	fQueued          // prefill work ahead of it, in thousands of tokens
+	fRunning         // requests in the endpoint's running batch
+	fKV              // KV-cache utilisation in [0, 1]
+	fLoRA            // 1 when the request's adapter must be loaded first
+	ttftDim
+)
+
+// Features of the TPOT model.
+const (
+	gConst = iota // 1: base decode step time
+	gBatch        // running requests including this one
+	gKV           // KV-cache utilisation in [0, 1]
+	tpotDim
+)
+
+// Bounds that keep features and targets finite and the model well
+// conditioned whatever the inputs: a request or a queue beyond these is
+// treated as this large.
+const (
+	maxPromptTokens = 1e7
+	maxQueuedTokens = 1e9
+	maxRunning      = 1e6
+	// MaxSeconds is the largest TTFT or TPOT the predictor learns from or
+	// predicts; longer observations are clamped to it.
+	MaxSeconds = 3600.0
+)
+
+// Feature magnitudes for the ridge prior: it is worth Config.PriorSamples
+// observations of this size in each direction. For the main, physical
+// terms (overhead, prompt and queued tokens) they are typical magnitudes,
+// so the data take over after a few observations. The secondary terms
+// (running batch, KV utilisation) get eight times their typical magnitude
+// (8 and 0.5), a prior 64 times stronger: their effects are small next to
+// the token terms and their estimates from a 33-observation memory are
+// noisy, which mispredicted short prompts (on the synthetic fleet 2% of
+// distinguishable pairs of short requests ranked wrongly, 0.5% with this).
+var (
+	ttftScale = [maxDim]float64{fConst: 1, fUncached: 1, fQueued: 4, fRunning: 64, fKV: 4, fLoRA: 1}
+	tpotScale = [maxDim]float64{gConst: 1, gBatch: 16, gKV: 0.5}
+)
+
+// Config configures a Predictor. The zero Config is usable: every zero
+// field takes the default stated on it.
+type Config struct {
+	// Clock is the time source; nil means signals.SystemClock.
+	Clock signals.Clock
+	// HalfLife is the age at which a scraped value's confidence halves, as
+	// for the signals (signals.Staleness); 0 means scrapes never age.
+	HalfLife time.Duration
+	// Forgetting is the forgetting factor λ in (0, 1) of both models: each
+	// observation's weight is multiplied by λ at every new one, so the
+	// model remembers about 1/(1−λ) observations and a change of the
+	// endpoint's speed is half absorbed after ln 0.5 / ln λ of them.
+	// 0 means DefaultForgetting; values outside (0, 1] are clamped into
+	// [0.5, 1].
+	Forgetting float64
+	// PriorSamples is how many typical observations the prior is worth in
+	// each direction (the ridge strength). 0 means 0.5.
+	PriorSamples float64
+	// FullConfidenceSamples is the effective number of observations at
+	// which Confidence reaches 1. 0 means 10.
+	FullConfidenceSamples float64
+	// ConfidenceHalfLife is how fast confidence fades when an endpoint
+	// produces no observations: it halves every ConfidenceHalfLife since the
+	// last one, so an endpoint that stopped receiving traffic is explored
+	// again. 0 means 5 minutes; negative means it never fades.
+	ConfidenceHalfLife time.Duration
+	// PriorConfidence is the confidence of an endpoint that has a speed label
+	// (LabelRelativeSpeed, LabelGPU) and no observations yet. 0 means 0.2;
+	// negative means 0.
+	PriorConfidence float64
+	// PriorThroughput is the prefill throughput, in tokens per second, that
+	// the prior assumes at relative speed 1 until some endpoint of the pool
+	// has been measured. 0 means 4000 (the order of Llama-2-70B on two
+	// A100-80GB in Splitwise's measured performance model at 2k-token
+	// prompts: 2048 tokens in 0.69 s is about 3000 tokens/s).
+	PriorThroughput float64
+	// MaxPending bounds the dispatches remembered until their completion.
+	// When full, the oldest is forgotten. 0 means 65536.
+	MaxPending int
+	// StateTTL is how long the state of an endpoint that sees no dispatch
+	// or completion is kept; 0 means one hour. Use Forget to drop an
+	// endpoint at once.
+	StateTTL time.Duration
+}
+
+// DefaultForgetting is the default forgetting factor: a memory of about 33
+// observations; a step change of an endpoint's speed is half absorbed after
+// 23 observations (ln 0.5 / ln 0.97) and 90% absorbed after 76.
+const DefaultForgetting = 0.97
+
+func (c Config) withDefaults() Config {
+	if c.Clock == nil {
+		c.Clock = signals.SystemClock{}
+	}
+	switch {
+	case c.Forgetting == 0 || math.IsNaN(c.Forgetting):
+		c.Forgetting = DefaultForgetting
+	case c.Forgetting < 0.5:
+		c.Forgetting = 0.5
+	case c.Forgetting > 1:
+		c.Forgetting = 1
+	}
+	if !(c.PriorSamples > 0) || math.IsInf(c.PriorSamples, 0) {
+		c.PriorSamples = 0.5
+	}
+	if !(c.FullConfidenceSamples > 0) || math.IsInf(c.FullConfidenceSamples, 0) {
+		c.FullConfidenceSamples = 10
+	}
+	if c.ConfidenceHalfLife == 0 {
+		c.ConfidenceHalfLife = 5 * time.Minute
+	}
+	switch {
+	case c.PriorConfidence == 0 || math.IsNaN(c.PriorConfidence):
+		c.PriorConfidence = 0.2
+	case c.PriorConfidence < 0:
+		c.PriorConfidence = 0
+	case c.PriorConfidence > 1:
+		c.PriorConfidence = 1
+	}
+	if !(c.PriorThroughput > 0) || math.IsInf(c.PriorThroughput, 0) {
+		c.PriorThroughput = 4000
+	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = 65536
+	}
+	if c.StateTTL <= 0 {
+		c.StateTTL = time.Hour
+	}
+	return c
+}
+
+// Predictor is an online model, per endpoint, of the time to first token
+// and the time per output token of a request. It implements
+// signals.LatencyEstimator and signals.Observer: the picker feeds it every
+// dispatch and every completion, and it learns from them.
+//
+// A Predictor is safe for concurrent use. Predictions read published
+// coefficients without locks and never allocate; updates lock only the
+// endpoint concerned. Create one with New; the zero Predictor is not usable.
+type Predictor struct {
+	cfg     Config
+	states  sync.Map // *signals.Endpoint → *epState
+	pending *pending
+
+	reg  [maxDim]float64 // ridge strengths, TTFT
+	regG [maxDim]float64 // ridge strengths, TPOT
+
+	poolMu   sync.Mutex
+	poolTTFT [maxDim]float64 // speed-normalised TTFT coefficients of the pool
+	poolTPOT [maxDim]float64
+	poolN    float64
+	poolPubT seqVec
+	poolPubG seqVec
+	// poolPrompt is the pool's mean uncached prompt size, for endpoints
+	// that have not been dispatched to yet.
+	poolPrompt atomicFloat
+
+	completions atomic.Uint64
+}
+
+// epState is what the predictor knows about one endpoint.
+type epState struct {
+	speed    float64 // relative speed from labels, 1 without
+	labelled bool
+
+	mu         sync.Mutex
+	ttft, tpot model            // guarded by mu
+	adapters   [8]adapterSeen   // adapters dispatched here, guarded by mu
+	nextAd     int              // guarded by mu
+	counters   signals.Counters // endpoint counters at the last Dispatched, guarded by mu
+	lastU      float64          // uncached tokens attributed at the last Dispatched, guarded by mu
+	prompts    float64          // dispatches averaged into avgPrompt (capped at 100), guarded by mu
+
+	pubT, pubG seqVec // published coefficients
+	n, nG      atomicFloat
+	avgPrompt  atomicFloat  // EW mean of uncached prompt tokens dispatched
+	lastSample atomic.Int64 // unix ns of the last TTFT observation
+	lastActive atomic.Int64 // unix ns of the last dispatch or completion
+}
+
+type adapterSeen struct {
+	name string
+	at   int64
+}
+
+// New returns a Predictor configured by cfg (see Config for defaults).
+func New(cfg Config) *Predictor {
+	cfg = cfg.withDefaults()
+	p := &Predictor{cfg: cfg, pending: newPending(cfg.MaxPending)}
+	for i := 0; i < maxDim; i++ {
+		p.reg[i] = cfg.PriorSamples * ttftScale[i] * ttftScale[i]
+		p.regG[i] = cfg.PriorSamples * tpotScale[i] * tpotScale[i]
+	}
+	secPerKTok := 1000 / cfg.PriorThroughput
+	// Prior coefficients at relative speed 1. The token coefficients follow
+	// PriorThroughput. The others are deliberately modest guesses, learned
+	// away within a few observations: 50 ms of overhead; 2 ms per running
+	// request (each running sequence adds its decode token to every step,
+	// taking a share of the step's token budget, as in vLLM's chunked
+	// prefill scheduler); no KV term; 300 ms to load a LoRA adapter (vLLM
+	// loads adapters from CPU memory or disk on demand). TPOT: a 20 ms decode
+	// step plus 0.5 ms per sequence in the batch and 10 ms at a full cache.
+	p.poolTTFT = [maxDim]float64{fConst: 0.05, fUncached: secPerKTok, fQueued: secPerKTok, fRunning: 0.002, fKV: 0, fLoRA: 0.3}
+	p.poolTPOT = [maxDim]float64{gConst: 0.02, gBatch: 0.0005, gKV: 0.01}
+	p.poolPubT.store(&p.poolTTFT)
+	p.poolPubG.store(&p.poolTPOT)
+	return p
+}
+
+// Compile-time guards.
+var (
+	_ signals.LatencyEstimator = (*Predictor)(nil)
+	_ signals.Observer         = (*Predictor)(nil)
+)
+
+// state returns the endpoint's state, creating it on first sight (the only
+// allocation, once per endpoint).
+func (p *Predictor) state(ep *signals.Endpoint) *epState {
+	if v, ok := p.states.Load(ep); ok {
+		return v.(*epState)
+	}
+	st := &epState{}
+	st.speed, st.labelled = RelativeSpeed(ep)
+	st.lastActive.Store(p.cfg.Clock.Now().UnixNano())
+	v, _ := p.states.LoadOrStore(ep, st)
+	return v.(*epState)
+}
+
+// scaleTTFT turns speed-normalised TTFT coefficients into an endpoint's:
+// compute-bound terms divide by its speed; the fixed overhead and the LoRA
+// load (network, PCIe, disk) do not.
+func scaleTTFT(norm *[maxDim]float64, speed float64) [maxDim]float64 {
+	out := *norm
+	for _, i := range [...]int{fUncached, fQueued, fRunning, fKV} {
+		out[i] = norm[i] / speed
+	}
+	return out
+}
+
+// normTTFT is the inverse of scaleTTFT.
+func normTTFT(theta *[maxDim]float64, speed float64) [maxDim]float64 {
+	out := *theta
+	for _, i := range [...]int{fUncached, fQueued, fRunning, fKV} {
+		out[i] = theta[i] * speed
+	}
+	return out
+}
+
+// scaleTPOT turns speed-normalised TPOT coefficients into an endpoint's.
+func scaleTPOT(norm *[maxDim]float64, speed float64) [maxDim]float64 {
+	var out [maxDim]float64
+	for i := 0; i < tpotDim; i++ {
+		out[i] = norm[i] / speed
+	}
+	return out
+}
+
+// ttftTheta returns the coefficients to predict with: the endpoint's own
+// once it has observations, else the pool's prior scaled by its speed.
+func (p *Predictor) ttftTheta(st *epState, theta *[maxDim]float64) {
+	if st.n.Load() > 0 {
+		st.pubT.load(theta)
+		return
+	}
+	var norm [maxDim]float64
+	p.poolPubT.load(&norm)
+	*theta = scaleTTFT(&norm, st.speed)
+}
+
+func (p *Predictor) tpotTheta(st *epState, theta *[maxDim]float64) {
+	if st.nG.Load() > 0 {
+		st.pubG.load(theta)
+		return
+	}
+	var norm [maxDim]float64
+	p.poolPubG.load(&norm)
+	*theta = scaleTPOT(&norm, st.speed)
+}
+
+// PredictTTFT implements signals.LatencyEstimator: the predicted time to
+// first token of req on ep, in seconds, given the fraction of the prompt ep
+// holds in its prefix cache. The prediction is always finite and in
+// [0, MaxSeconds]; it is known for any non-nil req and ep (before any
+// observation it comes from the prior; see Confidence). It does not block
+// and does not allocate after the endpoint's first sight.
+func (p *Predictor) PredictTTFT(req *signals.Request, ep *signals.Endpoint, cachedFraction float64) (float64, bool) {
+	if req == nil || ep == nil {
+		return 0, false
+	}
+	st := p.state(ep)
+	now := p.cfg.Clock.Now()
+	u := uncached(req.PromptTokens, cachedFraction)
+	var x, theta [maxDim]float64
+	p.liveFeatures(&x, req, ep, st, u, now)
+	p.ttftTheta(st, &theta)
+	return clampSeconds(dot(&theta, &x, ttftDim)), true
+}
+
+// PredictTPOT returns the predicted mean time per output token of req on
+// ep, in seconds, with the same guarantees as PredictTTFT.
+func (p *Predictor) PredictTPOT(req *signals.Request, ep *signals.Endpoint) (float64, bool) {
+	if req == nil || ep == nil {
+		return 0, false
+	}
+	st := p.state(ep)
+	now := p.cfg.Clock.Now()
+	var z, theta [maxDim]float64
+	z[gConst] = 1
+	z[gBatch] = bound(ep.RunningRequests(now, p.cfg.HalfLife), maxRunning) + 1
+	z[gKV] = kvUtil(ep, now, p.cfg.HalfLife)
+	p.tpotTheta(st, &theta)
+	return clampSeconds(dot(&theta, &z, tpotDim)), true
+}
+
+// Confidence returns how far the predictions for ep can be trusted, in
+// [0, 1]: the effective number of TTFT observations over
+// Config.FullConfidenceSamples (capped at 1), halving every
+// Config.ConfidenceHalfLife since the last observation, and at least
+// Config.PriorConfidence when ep carries a speed label. It is safe for
+// concurrent use and does not allocate.
+func (p *Predictor) Confidence(ep *signals.Endpoint) float64 {
+	if ep == nil {
+		return 0
+	}
+	st := p.state(ep)
+	c := min(st.n.Load()/p.cfg.FullConfidenceSamples, 1)
+	if c > 0 && p.cfg.ConfidenceHalfLife > 0 {
+		age := p.cfg.Clock.Now().UnixNano() - st.lastSample.Load()
+		if age > 0 {
+			c *= math.Exp2(-float64(age) / float64(p.cfg.ConfidenceHalfLife))
+		}
+	}
+	if st.labelled {
+		c = max(c, p.cfg.PriorConfidence)
+	}
+	return c
+}
+
+// meanPrompt returns the mean uncached prompt size to convert queued
+// requests into tokens: the endpoint's, else the pool's, else u (assume the
+// queue holds requests like this one).
+func (p *Predictor) meanPrompt(st *epState, u float64) float64 {
+	if v := st.avgPrompt.Load(); v > 0 {
+		return v
+	}
+	if v := p.poolPrompt.Load(); v > 0 {
+		return v
+	}
+	return u
+}
+
+// liveFeatures fills x for a prediction at now.
+func (p *Predictor) liveFeatures(x *[maxDim]float64, req *signals.Request, ep *signals.Endpoint, st *epState, u float64, now time.Time) {
+	avg := p.meanPrompt(st, u)
+	q := float64(ep.InFlightTokens()) + bound(ep.QueueDepth(now, p.cfg.HalfLife), maxRunning)*avg
+	x[fConst] = 1
+	x[fUncached] = u / 1000
+	x[fQueued] = bound(q, maxQueuedTokens) / 1000
+	x[fRunning] = bound(ep.RunningRequests(now, p.cfg.HalfLife), maxRunning)
+	x[fKV] = kvUtil(ep, now, p.cfg.HalfLife)
+	if req.Adapter != "" && ep.LoRAResidency(req.Adapter, now) < signals.ResidencyWaiting {
+		x[fLoRA] = 1
+	}
+}
+
+// Dispatched implements signals.Observer. It records the request's
+// features as they were just before it was sent, to pair them with its
+// outcome in Completed. It assumes, as package picker does, that ep has
+// already counted the request (ep.Dispatch, ep.NoteAdapter), and removes
+// the request's own share from the load it reads. At most Config.MaxPending
+// dispatches are remembered; the oldest is dropped first. Safe for
+// concurrent use; it does not block on anything but a short mutex.
+func (p *Predictor) Dispatched(req *signals.Request, ep *signals.Endpoint) {
+	if req == nil || ep == nil {
+		return
+	}
+	st := p.state(ep)
+	now := p.cfg.Clock.Now()
+	c := ep.Counters()
+	promptTokens := bound(float64(req.PromptTokens), maxPromptTokens)
+
+	st.mu.Lock()
+	// The picker dispatched PromptTokens × (1 − match) uncached tokens and
+	// does not tell observers the match; the endpoint's counters do. When
+	// exactly one dispatch happened since the last one seen here, the token
+	// delta is this request's; with concurrent dispatches, their mean.
+	dn := c.Dispatched - st.counters.Dispatched
+	dt := float64(c.DispatchedTokens - st.counters.DispatchedTokens)
+	u := promptTokens
+	switch {
+	case st.counters.Dispatched == 0 && dn > 1:
+		// First sight of an endpoint that was used before: no baseline.
+	case dn >= 1:
+		u = dt / float64(dn)
+		st.lastU = u
+	default:
+		u = st.lastU // counted with an earlier, concurrent Dispatched
+	}
+	st.counters = c
+	u = min(u, promptTokens)
+	loraLoad := req.Adapter != "" && !st.adapterRecent(req.Adapter, now) && !adapterListed(ep.Metrics(), req.Adapter)
+	st.noteAdapter(req.Adapter, now)
+	// The mean uncached prompt size converts scraped queue lengths into
+	// tokens: a running mean over the first 100 dispatches, then an
+	// exponential one with weight 1/100 (it multiplies the queue, so its
+	// noise must stay small).
+	avg := st.avgPrompt.Load()
+	st.prompts = min(st.prompts+1, 100)
+	st.avgPrompt.Store(avg + (u-avg)/st.prompts)
+	st.mu.Unlock()
+	if avg <= 0 {
+		if avg = p.poolPrompt.Load(); avg <= 0 {
+			avg = u
+		}
+	}
+	st.lastActive.Store(now.UnixNano())
+
+	var e pendingEntry
+	x := &e.x
+	x[fConst] = 1
+	x[fUncached] = u / 1000
+	queue := max(ep.QueueDepth(now, p.cfg.HalfLife)-1, 0)
+	q := max(float64(ep.InFlightTokens())-u, 0) + bound(queue, maxRunning)*avg
+	x[fQueued] = bound(q, maxQueuedTokens) / 1000
+	running := bound(ep.RunningRequests(now, p.cfg.HalfLife)-1, maxRunning)
+	x[fRunning] = running
+	kv := kvUtil(ep, now, p.cfg.HalfLife)
+	if capTokens := ep.Metrics().CapacityTokens(); capTokens > 0 {
+		kv = max(kv-u/float64(capTokens), 0)
+	}
+	x[fKV] = kv
+	if loraLoad {
+		x[fLoRA] = 1
+	}
+	e.z[gConst] = 1
+	e.z[gBatch] = running + 1
+	e.z[gKV] = kv
+	p.pending.put(pendingKey{req, ep}, e)
+}
+
+// Completed implements signals.Observer. It pairs the outcome with the
+// features recorded by Dispatched and updates ep's models: TTFT from
+// out.TTFT, TPOT from (out.Latency − out.TTFT) / (out.CompletionTokens − 1).
+// Failed requests (out.Err != nil), unknown (zero or negative) times and
+// completions without a recorded dispatch teach nothing. After a TTFT
+// update it publishes the learned prefill throughput with ep.SetThroughput.
+// Safe for concurrent use.
+func (p *Predictor) Completed(req *signals.Request, ep *signals.Endpoint, out signals.Outcome) {
+	if req == nil || ep == nil {
+		return
+	}
+	e, ok := p.pending.take(pendingKey{req, ep})
+	if !ok || out.Err != nil {
+		return
+	}
+	now := p.cfg.Clock.Now()
+	st := p.state(ep)
+	st.lastActive.Store(now.UnixNano())
+	if out.PromptTokens > 0 && out.CachedTokens > 0 {
+		// The server's usage says what it actually recomputed.
+		e.x[fUncached] = bound(float64(out.PromptTokens-out.CachedTokens), maxPromptTokens) / 1000
+	}
+
+	ttft := out.TTFT.Seconds()
+	var tpot float64
+	if n := out.CompletionTokens; n > 1 && out.TTFT > 0 && out.Latency > out.TTFT {
+		tpot = (out.Latency - out.TTFT).Seconds() / float64(n-1)
+	}
+	var theta, thetaG [maxDim]float64
+	trainedT, trainedG := false, false
+
+	st.mu.Lock()
+	if ttft > 0 {
+		if st.ttft.n == 0 {
+			var norm [maxDim]float64
+			p.poolPubT.load(&norm)
+			prior := scaleTTFT(&norm, st.speed)
+			st.ttft.reset(ttftDim, p.cfg.Forgetting, 1e-3, &p.reg, &prior)
+		}
+		st.ttft.update(&e.x, clampSeconds(ttft))
+		st.pubT.store(&st.ttft.theta)
+		st.n.Store(st.ttft.n)
+		st.lastSample.Store(now.UnixNano())
+		theta, trainedT = st.ttft.theta, true
+	}
+	if tpot > 0 {
+		if st.tpot.n == 0 {
+			var norm [maxDim]float64
+			p.poolPubG.load(&norm)
+			prior := scaleTPOT(&norm, st.speed)
+			st.tpot.reset(tpotDim, p.cfg.Forgetting, 1e-4, &p.regG, &prior)
+		}
+		st.tpot.update(&e.z, clampSeconds(tpot))
+		st.pubG.store(&st.tpot.theta)
+		st.nG.Store(st.tpot.n)
+		thetaG, trainedG = st.tpot.theta, true
+	}
+	nT, nG := st.ttft.n, st.tpot.n
+	st.mu.Unlock()
+
+	if trainedT {
+		if s := theta[fUncached]; s > 1e-9 {
+			ep.SetThroughput(1000 / s)
+		}
+	}
+	p.updatePool(st.speed, st.avgPrompt.Load(), trainedT && nT >= p.cfg.FullConfidenceSamples/2, &theta,
+		trainedG && nG >= p.cfg.FullConfidenceSamples/2, &thetaG)
+	if p.completions.Add(1)%4096 == 0 {
+		p.sweep(now)
+	}
+}
+
+// updatePool moves the pool's speed-normalised prior toward an endpoint's
+// learned coefficients: a running mean over the first 50 contributions,
+// then an exponential mean with weight 1/50, so the prior of a new endpoint
+// is what the pool has recently been.
+func (p *Predictor) updatePool(speed, prompt float64, useT bool, theta *[maxDim]float64, useG bool, thetaG *[maxDim]float64) {
+	if !useT && !useG {
+		return
+	}
+	p.poolMu.Lock()
+	defer p.poolMu.Unlock()
+	p.poolN = min(p.poolN+1, 50)
+	w := 1 / p.poolN
+	if prompt > 0 {
+		pp := p.poolPrompt.Load()
+		p.poolPrompt.Store(pp + w*(prompt-pp))
+	}
+	if useT {
+		norm := normTTFT(theta, speed)
+		for i := 0; i < ttftDim; i++ {
+			p.poolTTFT[i] += w * (norm[i] - p.poolTTFT[i])
+		}
+		p.poolPubT.store(&p.poolTTFT)
+	}
+	if useG {
+		for i := 0; i < tpotDim; i++ {
+			p.poolTPOT[i] += w * (thetaG[i]*speed - p.poolTPOT[i])
+		}
+		p.poolPubG.store(&p.poolTPOT)
+	}
+}
+
+// Forget drops everything the predictor knows about ep. Call it when an
+// endpoint leaves the pool for good; otherwise its state is dropped after
+// Config.StateTTL without activity. Safe for concurrent use.
+func (p *Predictor) Forget(ep *signals.Endpoint) { p.states.Delete(ep) }
+
+// sweep drops the state of endpoints idle for longer than StateTTL.
+func (p *Predictor) sweep(now time.Time) {
+	cutoff := now.Add(-p.cfg.StateTTL).UnixNano()
+	p.states.Range(func(k, v any) bool {
+		if v.(*epState).lastActive.Load() < cutoff {
+			p.states.Delete(k)
+		}
+		return true
+	})
+}
+
+// adapterRecent reports whether adapter was dispatched to the endpoint
+// within signals.AdapterRecency before now: the same rule the endpoint uses
+// for LoRAResidency, kept here because by the time Dispatched runs the
+// endpoint has already noted this request's adapter. Caller holds st.mu.
+func (st *epState) adapterRecent(adapter string, now time.Time) bool {
+	cutoff := now.Add(-signals.AdapterRecency).UnixNano()
+	for _, a := range st.adapters {
+		if a.name == adapter {
+			return a.at >= cutoff
+		}
+	}
+	return false
+}
+
+// noteAdapter records a dispatch of adapter at now. Caller holds st.mu.
+func (st *epState) noteAdapter(adapter string, now time.Time) {
+	if adapter == "" {
+		return
+	}
+	for i := range st.adapters {
+		if st.adapters[i].name == adapter {
+			st.adapters[i].at = now.UnixNano()
+			return
+		}
+	}
+	st.adapters[st.nextAd] = adapterSeen{name: adapter, at: now.UnixNano()}
+	st.nextAd = (st.nextAd + 1) % len(st.adapters)
+}
+
+// adapterListed reports whether the scrape lists adapter as running or
+// waiting (so it is loaded or being loaded).
+func adapterListed(m *signals.Metrics, adapter string) bool {
+	if m == nil || !m.LoRAKnown {
+		return false
+	}
+	for _, a := range m.RunningAdapters {
+		if a == adapter {
+			return true
+		}
+	}
+	for _, a := range m.WaitingAdapters {
+		if a == adapter {
+			return true
+		}
+	}
+	return false
+}
+
+// Explanation is the state of one endpoint's models in physical units, for
+// debugging and dashboards.
+type Explanation struct {
+	// Samples is the effective (exponentially weighted) number of TTFT
+	// observations; TPOTSamples likewise for TPOT.
+	Samples, TPOTSamples float64
+	// Confidence is Predictor.Confidence.
+	Confidence float64
+	// RelativeSpeed is the speed from the endpoint's labels (1 without).
+	RelativeSpeed float64
+	// The TTFT coefficients, in seconds: fixed overhead; per thousand
+	// uncached prompt tokens of the request; per thousand tokens of prefill
+	// work ahead; per running request; at a full KV cache; to load a LoRA
+	// adapter.
+	Overhead, PerKiloToken, PerKiloQueuedToken, PerRunning, AtFullKVCache, LoRALoad float64
+	// The TPOT coefficients, in seconds per output token: base; per
+	// sequence in the batch; at a full KV cache.
+	TPOTBase, TPOTPerSequence, TPOTAtFullKVCache float64
+}
+
+// Explain returns the current coefficients for ep (the prior's when it has
+// no observations). Safe for concurrent use.
+func (p *Predictor) Explain(ep *signals.Endpoint) Explanation {
+	if ep == nil {
+		return Explanation{}
+	}
+	st := p.state(ep)
+	var t, g [maxDim]float64
+	p.ttftTheta(st, &t)
+	p.tpotTheta(st, &g)
+	return Explanation{
+		Samples: st.n.Load(), TPOTSamples: st.nG.Load(),
+		Confidence: p.Confidence(ep), RelativeSpeed: st.speed,
+		Overhead: t[fConst], PerKiloToken: t[fUncached], PerKiloQueuedToken: t[fQueued],
+		PerRunning: t[fRunning], AtFullKVCache: t[fKV], LoRALoad: t[fLoRA],
+		TPOTBase: g[gConst], TPOTPerSequence: g[gBatch], TPOTAtFullKVCache: g[gKV],
+	}
+}
+
+// uncached returns the prompt tokens not covered by the prefix cache.
+func uncached(promptTokens int, cachedFraction float64) float64 {
+	f := cachedFraction
+	switch {
+	case math.IsNaN(f) || f < 0:
+		f = 0
+	case f > 1:
+		f = 1
+	}
+	return bound(float64(promptTokens), maxPromptTokens) * (1 - f)
+}
+
+// kvUtil returns the endpoint's KV utilisation, 0 when unknown.
+func kvUtil(ep *signals.Endpoint, now time.Time, halfLife time.Duration) float64 {
+	v, ok := ep.KVCacheUtilization(now, halfLife)
+	if !ok {
+		return 0
+	}
+	return bound(v, 1)
+}
+
+// bound maps v into [0, hi]; NaN becomes 0.
+func bound(v, hi float64) float64 {
+	switch {
+	case v > hi:
+		return hi
+	case v >= 0:
+		return v
+	}
+	return 0
+}
+
+// clampSeconds maps a predicted or observed time into [0, MaxSeconds].
+func clampSeconds(v float64) float64 { return bound(v, MaxSeconds) }
