@@ -2,16 +2,24 @@ package scrape
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/prom2json"
+	"github.com/prometheus/common/expfmt"
 )
 
 // ParseFull extracts the same Page as Parse, but through a complete parse of
-// the page with github.com/prometheus/prom2json (ParseReader, which runs
-// expfmt's TextParser and builds every metric family, histograms included).
+// the page by the Prometheus text parser that github.com/prometheus/prom2json
+// uses (github.com/prometheus/common/expfmt), which builds every metric
+// family, histograms included.
+//
+// prom2json.ParseReader itself is not called: it uses the zero value of
+// expfmt.TextParser, which panics ("Invalid name validation scheme
+// requested: unset") with prometheus/common v0.72.0, the version this
+// repository's go.work selects. expfmt.NewDecoder sets the validation scheme
+// explicitly and runs the same TextParser.
 //
 // It is the reference the fast path is tested and benchmarked against, and
 // the stricter choice for a one-off read where speed does not matter: it
@@ -20,15 +28,18 @@ import (
 // other calls on the same Parser. It blocks until r is drained.
 func (p *Parser) ParseFull(r io.Reader) (Page, error) {
 	p.reset()
-	ch := make(chan *dto.MetricFamily, 64)
-	errc := make(chan error, 1)
-	go func() { errc <- prom2json.ParseReader(r, ch) }()
-	families := make([]*dto.MetricFamily, 0, 64)
-	for mf := range ch {
+	dec := expfmt.NewDecoder(r, expfmt.NewFormat(expfmt.TypeTextPlain))
+	var families []*dto.MetricFamily
+	for {
+		mf := &dto.MetricFamily{}
+		err := dec.Decode(mf)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return Page{}, fmt.Errorf("scrape: full parse: %w", err)
+		}
 		families = append(families, mf)
-	}
-	if err := <-errc; err != nil {
-		return Page{}, fmt.Errorf("scrape: full parse: %w", err)
 	}
 	if len(families) == 0 {
 		return Page{}, ErrEmptyPage

@@ -83,7 +83,7 @@ const (
 	tCacheConfig
 )
 
-type target struct {
+type lookupTarget struct {
 	kind targetKind
 	slot int32
 }
@@ -92,7 +92,7 @@ type target struct {
 // immutable and shared by every Parser of the same map.
 type compiledMap struct {
 	index  map[string]int32 // sample name -> names index
-	names  [][]target
+	names  [][]lookupTarget
 	slots  []slot
 	fields [numFields][]int32
 	pairs  [][2]int32
@@ -105,7 +105,7 @@ func compile(m *MetricMap) (*compiledMap, error) {
 		return nil, err
 	}
 	cm := &compiledMap{index: map[string]int32{}}
-	add := func(name string, t target) {
+	add := func(name string, t lookupTarget) {
 		id, ok := cm.index[name]
 		if !ok {
 			id = int32(len(cm.names))
@@ -125,9 +125,9 @@ func compile(m *MetricMap) (*compiledMap, error) {
 		}
 		id := int32(len(cm.slots))
 		cm.slots = append(cm.slots, sl)
-		add(s.Metric, target{tSlot, id})
+		add(s.Metric, lookupTarget{tSlot, id})
 		if counter && !hasSuffix(s.Metric, "_total") {
-			add(s.Metric+"_total", target{tSlot, id})
+			add(s.Metric+"_total", lookupTarget{tSlot, id})
 		}
 		return id
 	}
@@ -147,12 +147,12 @@ func compile(m *MetricMap) (*compiledMap, error) {
 	if m.LoRA != nil {
 		l := *m.LoRA
 		cm.lora = &l
-		add(l.Metric, target{kind: tLoRA})
+		add(l.Metric, lookupTarget{kind: tLoRA})
 	}
 	if m.CacheConfig != nil {
 		c := *m.CacheConfig
 		cm.cache = &c
-		add(c.Metric, target{kind: tCacheConfig})
+		add(c.Metric, lookupTarget{kind: tCacheConfig})
 	}
 	return cm, nil
 }
@@ -529,7 +529,7 @@ func (p *Parser) label(name string) ([]byte, bool) {
 	return nil, false
 }
 
-func (p *Parser) observe(t target, v float64, h uint64) {
+func (p *Parser) observe(t lookupTarget, v float64, h uint64) {
 	switch t.kind {
 	case tSlot:
 		s := &p.cm.slots[t.slot]
