@@ -223,10 +223,18 @@ func parseHeader(lr *lineReader, line []byte, wanted [][]string) (csvHeader, err
 			}
 		}
 		if h.cols[i] < 0 {
-			return h, lr.errorf("header %q has no %s column", string(line), strings.Join(names, " or "))
+			return h, lr.errorf("header %q has no %s column", clip(string(line), 80), strings.Join(names, " or "))
 		}
 	}
 	return h, nil
+}
+
+// clip shortens s to at most n bytes for an error message.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 // splitCSV splits a simple CSV line (no quoted commas, which the trace
@@ -454,6 +462,28 @@ func LoadFile(path string) (*Workload, error) {
 	}
 	w.Name = stem
 	return w, nil
+}
+
+// Names of the other trace files in ../shared/traces.
+const (
+	MooncakeFile = "mooncake_synthetic_trace.jsonl"
+	ShareGPTFile = "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"
+	ArxivFile    = "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv"
+)
+
+// LoadLengthsFile reads a length-distribution CSV (see LoadLengths) from
+// path. Errors name the path.
+func LoadLengthsFile(path string) (LengthDist, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return LengthDist{}, fmt.Errorf("workload: %w", err)
+	}
+	defer f.Close()
+	d, err := LoadLengths(f)
+	if err != nil {
+		return LengthDist{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return d, nil
 }
 
 // Names of the Azure LLM inference 2023 trace files in ../shared/traces and

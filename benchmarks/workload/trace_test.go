@@ -188,8 +188,8 @@ func TestLoadLengthsDatasets(t *testing.T) {
 		promptP50, outputP50   int
 		promptMean, outputMean float64
 	}{
-		{"sharegpt_8k_filtered_stats_llama2_tokenizer.csv", 30731, [2]int{74, 918}, [2]int{2285, 363}, 1730, 415, 2340, 439},
-		{"arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv", 28257, [2]int{3772, 54}, [2]int{3178, 313}, 2730, 167, 2588, 291},
+		{ShareGPTFile, 30731, [2]int{74, 918}, [2]int{2285, 363}, 1730, 415, 2340, 439},
+		{ArxivFile, 28257, [2]int{3772, 54}, [2]int{3178, 313}, 2730, 167, 2588, 291},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
@@ -217,7 +217,7 @@ func TestLoadLengthsDatasets(t *testing.T) {
 }
 
 func TestLoadFile(t *testing.T) {
-	w, err := LoadFile(filepath.Join(tracesDir, "mooncake_synthetic_trace.jsonl"))
+	w, err := LoadFile(filepath.Join(tracesDir, MooncakeFile))
 	require.NoError(t, err)
 	assert.Equal(t, "mooncake_synthetic_trace", w.Name)
 	assert.Len(t, w.Requests, 3993)
@@ -227,6 +227,15 @@ func TestLoadFile(t *testing.T) {
 	assert.Equal(t, "AzureLLMInferenceTrace_code", w.Name)
 	assert.Equal(t, "AzureLLMInferenceTrace_code", w.Requests[0].Tenant)
 	assert.Len(t, w.Requests, 8819)
+
+	d, err := LoadLengthsFile(filepath.Join(tracesDir, ArxivFile))
+	require.NoError(t, err)
+	assert.Equal(t, 28257, d.Len())
+	_, err = LoadLengthsFile(filepath.Join(tracesDir, MooncakeFile))
+	assert.ErrorContains(t, err, "mooncake_synthetic_trace.jsonl: workload: lengths trace line 1: header")
+	assert.Less(t, len(err.Error()), 400, "the offending header is clipped")
+	_, err = LoadLengthsFile(filepath.Join(tracesDir, "missing.csv"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
 
 	_, err = LoadFile(filepath.Join(tracesDir, "PROVENANCE.md"))
 	assert.ErrorContains(t, err, "unknown trace format")
