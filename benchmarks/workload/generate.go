@@ -416,7 +416,7 @@ func (g *generator) run() *Workload {
 		*c = conversation{
 			live:      true,
 			start:     s,
-			name:      fmt.Sprintf("%s/conv-%d", g.tenants[s.tenant].Name, serial),
+			name:      sessionName(g.tenants[s.tenant].Name, serial),
 			turnsLeft: g.turns(cfg.Conversations.TurnsMean),
 		}
 		user, out := g.lengths(s.tenant)
@@ -429,6 +429,15 @@ func (g *generator) run() *Workload {
 		w.Requests[i] = req
 	}
 	return w
+}
+
+// sessionName names the serial-th conversation: "tenant/conv-N", or
+// "conv-N" for the anonymous tenant.
+func sessionName(tenant string, serial int) string {
+	if tenant == "" {
+		return fmt.Sprintf("conv-%d", serial)
+	}
+	return fmt.Sprintf("%s/conv-%d", tenant, serial)
 }
 
 // advance records req as the latest turn of c.

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -204,6 +205,7 @@ func TestConversationsGrow(t *testing.T) {
 	for _, name := range order {
 		turns := sessions[name]
 		require.Equal(t, 420, turns[0].PromptTokens, "system prompt + first message")
+		require.True(t, strings.HasPrefix(name, "t/conv-"), name)
 		for k := 1; k < len(turns); k++ {
 			prev, cur := turns[k-1], turns[k]
 			// Prompt = previous prompt + its answer + a new message.
@@ -243,6 +245,7 @@ func TestConversationsRespectContextLimit(t *testing.T) {
 	for name, n := range sessions {
 		require.LessOrEqual(t, n, 4, name)
 	}
+	assert.Contains(t, sessions, "conv-1")
 }
 
 func TestLoRAZipfPopularity(t *testing.T) {
