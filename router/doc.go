@@ -1,0 +1,51 @@
+// Package router puts inferroute's picker behind one OpenAI-compatible URL
+// for many models: it reads the model (and prompt) from the request body,
+// maps the model to a pool of endpoints through a routing Table, lets the
+// pool's picker choose the endpoint, and forwards the request.
+//
+// # Reading requests
+//
+// ParseRequest reads /v1/chat/completions, /v1/completions, /v1/embeddings
+// and /v1/responses bodies with a hand-written scanner that skips whatever
+// routing does not need (one pass, no maps, cost linear in the body). It
+// takes the model, stream flags, output limit and session keys from the
+// body and the priority, session and SLO headers. Prepare then renders and
+// hashes the prompt (signals/prefix) for the prefix index and estimates its
+// tokens. Both are usable on their own, for example in an Envoy ext_proc
+// server.
+//
+// # Routing table
+//
+// A Table maps model names to Routes: served models, LoRA adapters (routed
+// to their base model's pool with the adapter set) and aliases (the body's
+// model is rewritten to the served name and the response's "model" back,
+// in JSON and in every SSE chunk). Requests without a model, with a
+// non-JSON body, or GETs take the fallback route (by default the default
+// pool), never an error; GET /v1/models is answered from the table.
+//
+// # Proxy
+//
+// Proxy is an http.Handler. It streams SSE responses with a flush per event
+// and measures the time to the first response body byte (TTFT), which it
+// reports with the response's token usage through the picker's Done,
+// exactly once per pick, on every path. On a connect error or a 5xx status
+// before any byte reached the client it retries on the pick's fallbacks
+// (bounded by Config.MaxRetries), reporting each failed endpoint. A stream
+// that breaks off after it began ends with an SSE error event; a client
+// that goes away cancels the upstream request. Hop-by-hop headers and
+// client-supplied routing headers (HeaderDestination and
+// Config.StripHeaders) are removed before picking and forwarding.
+//
+// Errors use OpenAI's shape {"error":{"message","type","param","code"}}:
+// 400 malformed JSON or headers, 404 model_not_found, 413 body over
+// Config.MaxBodyBytes (4 MiB by default), 429 with Retry-After when the
+// picker sheds the request (picker.ErrSaturated), 503 when no endpoint is
+// ready (picker.ErrNoEndpoints), 504 when the upstream does not answer
+// within Config.UpstreamTimeout, 502 when no endpoint can be reached.
+//
+// # Middleware
+//
+// Middleware does the routing and picking for gateways that own their
+// proxy: the Decision is in the request context (FromContext), optionally
+// named in a header for the next hop, and its Done reports the outcome.
+package router

@@ -1,0 +1,117 @@
+package router
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/inferroute/inferroute/picker"
+)
+
+// Sentinel errors reported through Done and in logs.
+var (
+	// ErrUpstreamTimeout: the endpoint did not send response headers within
+	// Config.UpstreamTimeout. The client gets 504.
+	ErrUpstreamTimeout = errors.New("upstream timeout")
+	// ErrUpstreamStatus: the endpoint answered with a 5xx status.
+	ErrUpstreamStatus = errors.New("upstream error status")
+	// ErrStreamBroken: the response broke off after its first byte, or an
+	// SSE stream ended without its terminating "data: [DONE]".
+	ErrStreamBroken = errors.New("upstream stream broken")
+	// ErrBodyTooLarge: the request body is over Config.MaxBodyBytes. The
+	// client gets 413.
+	ErrBodyTooLarge = errors.New("request body too large")
+)
+
+// APIError is an error in OpenAI's shape, {"error":{"message","type",
+// "param","code"}}, with the HTTP status it is sent with. The shape follows
+// the Error schema of the OpenAI OpenAPI specification (all four fields
+// required; param and code may be null), see
+// shared/fixtures/openai/openai-openapi/error-response.schema.json.
+type APIError struct {
+	// Status is the HTTP status code.
+	Status int
+	// Message is the human-readable message.
+	Message string
+	// Type is the error type, e.g. "invalid_request_error".
+	Type string
+	// Param names the offending request field; "" is sent as null.
+	Param string
+	// Code is a machine-readable code such as "model_not_found"; "" is sent
+	// as null.
+	Code string
+	// RetryAfter, when positive, is sent as a Retry-After header in seconds
+	// (rounded up).
+	RetryAfter time.Duration
+}
+
+// Error implements error.
+func (e *APIError) Error() string { return e.Message }
+
+// AppendJSON appends the error's JSON body to dst.
+func (e *APIError) AppendJSON(dst []byte) []byte {
+	dst = append(dst, `{"error":{"message":`...)
+	dst = appendJSONString(dst, e.Message)
+	dst = append(dst, `,"type":`...)
+	dst = appendJSONString(dst, e.Type)
+	dst = append(dst, `,"param":`...)
+	dst = appendNullable(dst, e.Param)
+	dst = append(dst, `,"code":`...)
+	dst = appendNullable(dst, e.Code)
+	return append(dst, "}}"...)
+}
+
+func appendNullable(dst []byte, s string) []byte {
+	if s == "" {
+		return append(dst, "null"...)
+	}
+	return appendJSONString(dst, s)
+}
+
+// WriteError writes e as a JSON response. It must be called before anything
+// else was written to w.
+func WriteError(w http.ResponseWriter, e *APIError) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Del("Content-Length")
+	if e.RetryAfter > 0 {
+		secs := int64((e.RetryAfter + time.Second - 1) / time.Second)
+		h.Set("Retry-After", strconv.FormatInt(secs, 10))
+	}
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(append(e.AppendJSON(make([]byte, 0, 160+len(e.Message))), '\n'))
+}
+
+// errorFor maps the errors of the request path to OpenAI-shaped errors:
+// malformed bodies and headers 400, unknown model 404, body over the limit
+// 413, shedding (picker.ErrSaturated) 429 with Retry-After, no endpoint
+// (picker.ErrNoEndpoints) 503, upstream timeout 504, unreachable upstream
+// 502.
+func errorFor(err error, retryAfter time.Duration) *APIError {
+	var ae *APIError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, ErrModelNotFound):
+		return &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model",
+			Code: "model_not_found", Message: err.Error()}
+	case errors.Is(err, ErrMalformed):
+		return &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Param: param(err),
+			Code: "invalid_request", Message: err.Error()}
+	case errors.Is(err, ErrBodyTooLarge):
+		return &APIError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
+			Code: "request_too_large", Message: err.Error()}
+	case errors.Is(err, picker.ErrSaturated):
+		return &APIError{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded",
+			Message: "the model's endpoints are saturated; retry later (" + err.Error() + ")", RetryAfter: retryAfter}
+	case errors.Is(err, picker.ErrNoEndpoints):
+		return &APIError{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "no_endpoint_available",
+			Message: err.Error()}
+	case errors.Is(err, ErrUpstreamTimeout):
+		return &APIError{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "upstream_timeout",
+			Message: "the model server did not answer in time"}
+	}
+	return &APIError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
+		Message: "no model server could be reached: " + err.Error()}
+}

@@ -1,0 +1,177 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/inferroute/inferroute/signals"
+)
+
+// Decision is the routing decision the Middleware stores in the request
+// context for the next handler.
+type Decision struct {
+	// Route is the table's route for the request.
+	Route Route
+	// Parsed is what was read from the request.
+	Parsed Parsed
+	// Request is what the picker was given. It must not be modified.
+	Request *signals.Request
+	// Endpoint is the chosen endpoint: send the request to
+	// Endpoint.Address.
+	Endpoint *signals.Endpoint
+	// Fallbacks are ranked alternatives for retries. The slice is the
+	// Decision's own copy and stays valid after Done; a retry on a fallback
+	// is the caller's to account for (signals.Endpoint.Dispatch/Complete).
+	Fallbacks []*signals.Endpoint
+
+	start time.Time
+	clock signals.Clock
+	done  func(signals.Outcome)
+	once  atomic.Bool
+}
+
+// Done reports the outcome to the picker. Only the first call counts, so
+// the next handler may call it with the real TTFT and token usage, and the
+// Middleware calls it after the handler returns with what it observed
+// (first byte written, status ≥ 500 as an error) if the handler did not.
+// Safe for concurrent use.
+func (d *Decision) Done(o signals.Outcome) {
+	if d.once.CompareAndSwap(false, true) {
+		d.done(o)
+	}
+}
+
+type decisionKey struct{}
+
+// FromContext returns the Decision the Middleware stored in ctx, if any.
+func FromContext(ctx context.Context) (*Decision, bool) {
+	d, ok := ctx.Value(decisionKey{}).(*Decision)
+	return d, ok
+}
+
+// NewContext returns ctx carrying d, for tests and for gateways that make
+// their own decisions but reuse handlers written against FromContext.
+func NewContext(ctx context.Context, d *Decision) context.Context {
+	return context.WithValue(ctx, decisionKey{}, d)
+}
+
+// Middleware is the router for gateways that already own their proxy: it
+// parses and routes the request, picks an endpoint, stores the Decision in
+// the request context, optionally names the endpoint in a header
+// (Config.EndpointHeader), and calls the next handler with the request body
+// restored (rewritten to the served model name when the route says so).
+// Errors are answered in OpenAI's shape as by the Proxy, and the next
+// handler is not called. Safe for concurrent use.
+type Middleware struct {
+	p *Proxy
+}
+
+// NewMiddleware returns a Middleware routing with t. Config fields that
+// concern forwarding (Transport, MaxRetries, UpstreamTimeout,
+// MaxResponseBuffer) are not used.
+func NewMiddleware(t *Table, cfg Config) (*Middleware, error) {
+	p, err := NewProxy(t, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Middleware{p: p}, nil
+}
+
+// SetTable swaps the routing table atomically.
+func (m *Middleware) SetTable(t *Table) { m.p.SetTable(t) }
+
+// Wrap returns next behind the router. GET /v1/models is answered from the
+// table without calling next. The Decision is valid until next returns.
+func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := m.p
+		if KindOf(r.URL.Path) == KindModels && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			p.serveModels(w)
+			return
+		}
+		c := new(call)
+		c.start = p.clock.Now()
+		res, err := p.admit(r, c)
+		if err != nil {
+			ae := errorFor(err, p.cfg.RetryAfter)
+			WriteError(w, ae)
+			p.inst.request(r.Context(), c, ae.Status, p.clock.Now().Sub(c.start), 0)
+			return
+		}
+		d := &Decision{
+			Route: c.route, Parsed: c.parsed, Request: &c.req, Endpoint: res.Endpoint,
+			Fallbacks: append([]*signals.Endpoint(nil), res.Fallbacks...),
+			start:     c.start, clock: p.clock, done: res.Done,
+		}
+		r2 := r.WithContext(NewContext(r.Context(), d))
+		r2.Header = r.Header.Clone()
+		for _, h := range p.strip {
+			r2.Header.Del(h)
+		}
+		if p.cfg.EndpointHeader != "" {
+			r2.Header.Set(p.cfg.EndpointHeader, res.Endpoint.Address)
+		}
+		r2.Body = io.NopCloser(bytes.NewReader(c.send))
+		r2.ContentLength = int64(len(c.send))
+		if r2.Header.Get("Content-Length") != "" {
+			r2.Header.Set("Content-Length", strconv.Itoa(len(c.send)))
+		}
+		rw := &watchWriter{ResponseWriter: w, clock: p.clock, start: c.start, status: http.StatusOK}
+		defer func() {
+			o := signals.Outcome{Latency: p.clock.Now().Sub(c.start)}
+			if rw.wrote {
+				o.TTFT = rw.first.Sub(c.start)
+			}
+			if rw.status >= 500 {
+				o.Err = fmt.Errorf("%w: %d", ErrUpstreamStatus, rw.status)
+			}
+			d.Done(o)
+			p.inst.request(r.Context(), c, rw.status, o.Latency, o.TTFT)
+		}()
+		next.ServeHTTP(rw, r2)
+	})
+}
+
+// watchWriter records the status and the time of the first body byte.
+type watchWriter struct {
+	http.ResponseWriter
+	clock  signals.Clock
+	start  time.Time
+	first  time.Time
+	status int
+	header bool
+	wrote  bool
+}
+
+func (w *watchWriter) WriteHeader(code int) {
+	if !w.header {
+		w.header = true
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *watchWriter) Write(b []byte) (int, error) {
+	w.header = true
+	if !w.wrote && len(b) > 0 {
+		w.wrote = true
+		w.first = w.clock.Now()
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush implements http.Flusher.
+func (w *watchWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *watchWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,0 +1,349 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/inferroute/inferroute/signals"
+	"github.com/inferroute/inferroute/signals/latency"
+	"github.com/inferroute/inferroute/signals/prefix"
+)
+
+// Kind is the OpenAI API a request path belongs to.
+type Kind uint8
+
+// Request kinds.
+const (
+	// KindOther is any other path (health checks, /tokenize, …).
+	KindOther Kind = iota
+	// KindChat is /v1/chat/completions.
+	KindChat
+	// KindCompletions is /v1/completions.
+	KindCompletions
+	// KindEmbeddings is /v1/embeddings.
+	KindEmbeddings
+	// KindResponses is /v1/responses.
+	KindResponses
+	// KindModels is /v1/models, answered from the routing table.
+	KindModels
+)
+
+// String returns the kind's path-like name, for logs and metric attributes.
+func (k Kind) String() string {
+	switch k {
+	case KindChat:
+		return "chat.completions"
+	case KindCompletions:
+		return "completions"
+	case KindEmbeddings:
+		return "embeddings"
+	case KindResponses:
+		return "responses"
+	case KindModels:
+		return "models"
+	}
+	return "other"
+}
+
+// KindOf classifies a request path. Trailing slashes are ignored; the /v1
+// prefix is required.
+func KindOf(path string) Kind {
+	path = strings.TrimRight(path, "/")
+	switch path {
+	case "/v1/chat/completions":
+		return KindChat
+	case "/v1/completions":
+		return KindCompletions
+	case "/v1/embeddings":
+		return KindEmbeddings
+	case "/v1/responses":
+		return KindResponses
+	case "/v1/models":
+		return KindModels
+	}
+	return KindOther
+}
+
+// Request headers read by ParseRequest.
+const (
+	// HeaderPriority carries the request's priority as an integer: negative
+	// is sheddable, 0 the default, positive critical (signals.Request.Priority).
+	HeaderPriority = "x-inferroute-priority"
+	// HeaderSession carries a session key that groups a conversation's turns;
+	// it takes precedence over the body's prompt_cache_key and user.
+	HeaderSession = "x-session-id"
+	// HeaderRequestID is copied to signals.Request.ID when present.
+	HeaderRequestID = "x-request-id"
+)
+
+// ErrMalformed is wrapped by ParseRequest's errors for a body that is not a
+// well-formed JSON object or whose known fields have the wrong type; a
+// router answers 400.
+var ErrMalformed = errors.New("malformed request")
+
+// ParseOptions tunes ParseRequest. The zero value is ready to use.
+type ParseOptions struct {
+	// SessionHeader names the session-key header; "" means HeaderSession.
+	SessionHeader string
+	// PriorityHeader names the priority header; "" means HeaderPriority.
+	PriorityHeader string
+}
+
+// Parsed is what ParseRequest read from one request. Its spans point into
+// the body it was parsed from, which must stay unchanged while the Parsed is
+// used.
+type Parsed struct {
+	// Kind is the API the path belongs to.
+	Kind Kind
+	// JSON reports whether the body was parsed as a JSON object. False for
+	// empty and non-JSON bodies, which carry no model.
+	JSON bool
+	// Model is the body's "model" string; "" when absent.
+	Model string
+	// Stream is the body's "stream" flag.
+	Stream bool
+	// IncludeUsage is stream_options.include_usage: the last SSE chunk will
+	// carry token usage.
+	IncludeUsage bool
+	// MaxOutputTokens is max_completion_tokens, max_tokens or
+	// max_output_tokens, whichever is present; 0 if none.
+	MaxOutputTokens int
+	// SessionKey is the session header, else prompt_cache_key, else user,
+	// else safety_identifier; "" if none.
+	SessionKey string
+	// Priority is the priority header's value, 0 if absent.
+	Priority int
+	// SLO holds the objectives of the x-slo-ttft-ms / x-slo-tpot-ms headers.
+	SLO signals.SLO
+	// RequestID is the x-request-id header.
+	RequestID string
+
+	// modelStart and modelEnd delimit the model value, quotes included, so
+	// that it can be rewritten in place; both 0 when there is none.
+	modelStart, modelEnd int
+}
+
+// ParseRequest reads the routing-relevant fields of an OpenAI-style request:
+// the body's model, stream flag and options, output limit and session keys
+// (user, prompt_cache_key, safety_identifier), and the priority, session and
+// SLO headers. Unknown fields are skipped without being decoded. It does not
+// retain body or header beyond the returned Parsed's spans.
+//
+// A body whose first non-blank byte is not '{' is not JSON: the result has
+// JSON false and no error, and the request goes to the fallback route. A
+// body that starts as an object but is not well-formed JSON, or whose known
+// fields have the wrong type, is an error wrapping ErrMalformed, as is a bad
+// SLO or priority header. The whole body is validated in one pass without
+// allocating (except for the strings returned), so the cost grows linearly
+// with its size.
+//
+// The prompt is not read here: Prepare renders and hashes it once the route
+// (model and adapter) is known.
+func ParseRequest(path string, header http.Header, body []byte, opts ParseOptions) (Parsed, error) {
+	p := Parsed{Kind: KindOf(path)}
+	if err := p.headers(header, opts); err != nil {
+		return p, err
+	}
+	s := scanner{b: body}
+	s.ws()
+	if s.i >= len(body) || body[s.i] != '{' {
+		return p, nil
+	}
+	p.JSON = true
+	var user, cacheKey, safety string
+	var ferr error
+	err := s.objectFields(func(key []byte, v0, v1 int) bool {
+		v := body[v0:v1]
+		switch string(key) {
+		case "model":
+			m, ok := stringValue(v)
+			if !ok {
+				ferr = fieldErr("model", "a string")
+				return false
+			}
+			p.Model, p.modelStart, p.modelEnd = m, v0, v1
+		case "stream":
+			switch string(v) {
+			case "true":
+				p.Stream = true
+			case "false", "null":
+				p.Stream = false
+			default:
+				ferr = fieldErr("stream", "a boolean")
+				return false
+			}
+		case "stream_options":
+			if a, b, ok := findField(v, "include_usage"); ok && string(v[a:b]) == "true" {
+				p.IncludeUsage = true
+			}
+		case "max_completion_tokens", "max_tokens", "max_output_tokens":
+			if string(v) == "null" {
+				break
+			}
+			n, ok := intValue(v)
+			if !ok || n < 0 {
+				ferr = fieldErr(string(key), "a non-negative integer")
+				return false
+			}
+			if p.MaxOutputTokens == 0 || string(key) == "max_completion_tokens" {
+				p.MaxOutputTokens = n
+			}
+		case "user":
+			user, _ = stringValue(v)
+		case "prompt_cache_key":
+			cacheKey, _ = stringValue(v)
+		case "safety_identifier":
+			safety, _ = stringValue(v)
+		}
+		return true
+	})
+	if ferr != nil {
+		return p, ferr
+	}
+	if err != nil {
+		return p, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	s.ws()
+	if s.i != len(body) {
+		return p, fmt.Errorf("%w: %w at byte %d: data after the object", ErrMalformed, errSyntax, s.i)
+	}
+	if p.SessionKey == "" {
+		p.SessionKey = firstNonEmpty(cacheKey, user, safety)
+	}
+	return p, nil
+}
+
+func (p *Parsed) headers(h http.Header, opts ParseOptions) error {
+	if h == nil {
+		return nil
+	}
+	sh, ph := opts.SessionHeader, opts.PriorityHeader
+	if sh == "" {
+		sh = HeaderSession
+	}
+	if ph == "" {
+		ph = HeaderPriority
+	}
+	p.SessionKey = h.Get(sh)
+	p.RequestID = h.Get(HeaderRequestID)
+	if v := strings.TrimSpace(h.Get(ph)); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("%w: header %s: %q is not an integer", ErrMalformed, ph, v)
+		}
+		p.Priority = n
+	}
+	slo, err := latency.ParseSLOHeaders(h)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	p.SLO = slo
+	return nil
+}
+
+// fieldError is a body field of the wrong type.
+type fieldError struct{ field, want string }
+
+func (e *fieldError) Error() string {
+	return fmt.Sprintf("%v: '%s' must be %s", ErrMalformed, e.field, e.want)
+}
+
+func (e *fieldError) Unwrap() error { return ErrMalformed }
+
+func fieldErr(field, want string) error { return &fieldError{field: field, want: want} }
+
+// param returns the body field an error is about, for the OpenAI error's
+// "param"; "" when none.
+func param(err error) string {
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		return fe.field
+	}
+	return ""
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+// HasModel reports whether the body carried a model field.
+func (p *Parsed) HasModel() bool { return p.modelEnd > p.modelStart }
+
+// RewriteModel returns body with its model value replaced by to (JSON
+// quoted). It returns body itself when there is no model field or the value
+// is already to. body must be the one p was parsed from. The result is a new
+// slice owned by the caller when a rewrite happened.
+func (p *Parsed) RewriteModel(body []byte, to string) []byte {
+	if !p.HasModel() || p.Model == to {
+		return body
+	}
+	return splice(body, p.modelStart, p.modelEnd, to)
+}
+
+// splice returns b with b[start:end] replaced by the JSON string of s.
+func splice(b []byte, start, end int, s string) []byte {
+	q := appendJSONString(make([]byte, 0, len(s)+2), s)
+	out := make([]byte, 0, len(b)-(end-start)+len(q))
+	out = append(out, b[:start]...)
+	out = append(out, q...)
+	return append(out, b[end:]...)
+}
+
+func appendJSONString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	for _, r := range s {
+		switch {
+		case r == '"':
+			dst = append(dst, '\\', '"')
+		case r == '\\':
+			dst = append(dst, '\\', '\\')
+		case r < 0x20:
+			dst = fmt.Appendf(dst, "\\u%04x", r)
+		default:
+			dst = append(dst, string(r)...)
+		}
+	}
+	return append(dst, '"')
+}
+
+// Prepare fills req for the picker from a parsed request and its route:
+// model and adapter from the route, the prompt's chained block hashes
+// (appended to blocks[:0], which may be nil) and token estimate from
+// h.HashBody, and the parsed output limit, priority, session, SLO and ID.
+// The token estimate is the rendered prompt's bytes over
+// prefix.BytesPerToken (chars/4, the rule of thumb of OpenAI's tokenizer
+// guide; exact for token-id prompts, which count 4 bytes per id). A nil h
+// skips hashing and the estimate. req.Headers is set to header.
+//
+// It returns an error wrapping ErrMalformed when the prompt fields have the
+// wrong shape.
+func Prepare(req *signals.Request, p *Parsed, rt Route, body []byte, header http.Header, h *prefix.Hasher, blocks []uint64) error {
+	*req = signals.Request{
+		ID:              p.RequestID,
+		Model:           rt.Model,
+		Adapter:         rt.Adapter,
+		MaxOutputTokens: p.MaxOutputTokens,
+		Priority:        p.Priority,
+		SessionKey:      p.SessionKey,
+		SLO:             p.SLO,
+		Headers:         header,
+	}
+	if h == nil || !p.JSON {
+		return nil
+	}
+	hs, n, err := h.HashBody(blocks[:0], rt.Model, rt.Adapter, body)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	req.PromptBlocks = hs
+	req.PromptTokens = n / prefix.BytesPerToken
+	return nil
+}

@@ -1,0 +1,752 @@
+package router
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/inferroute/inferroute/picker"
+	"github.com/inferroute/inferroute/signals"
+	"github.com/inferroute/inferroute/signals/prefix"
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxBodyBytes is the request body limit: 4 MiB.
+	DefaultMaxBodyBytes = 4 << 20
+	// DefaultMaxRetries is how many fallbacks a request may be retried on.
+	DefaultMaxRetries = 2
+	// DefaultRetryAfter is the Retry-After of a shed (429) request.
+	DefaultRetryAfter = time.Second
+	// DefaultMaxResponseBuffer bounds the non-streaming JSON response that is
+	// held to read its usage and rewrite its model: 8 MiB.
+	DefaultMaxResponseBuffer = 8 << 20
+)
+
+// HeaderDestination is the Gateway API Inference Extension's header naming
+// the endpoint chosen for a request (its endpoint picker protocol). A client
+// must not choose its upstream, so the Proxy and the Middleware always strip
+// it from incoming requests; the Middleware can set it for the next hop.
+const HeaderDestination = "x-gateway-destination-endpoint"
+
+// Config tunes a Proxy or a Middleware. The zero value of every field means
+// its default.
+type Config struct {
+	// Transport sends upstream requests; nil means a http.Transport tuned
+	// for many connections to few hosts (NewTransport).
+	Transport http.RoundTripper
+	// Clock measures TTFT and latency; nil means the system clock.
+	Clock signals.Clock
+	// Hasher renders and hashes prompts for the prefix index; nil means
+	// prefix.NewHasher with its defaults. Use the same Hasher configuration
+	// everywhere the index is fed.
+	Hasher *prefix.Hasher
+	// Parse tunes which headers carry the session key and priority.
+	Parse ParseOptions
+	// MaxBodyBytes is the request body limit; a larger body is answered
+	// 413. 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// MaxRetries bounds the fallback endpoints tried after a connect error
+	// or a 5xx status, before any response byte reached the client. 0 means
+	// DefaultMaxRetries; negative means no retry. The picker's Config
+	// Fallbacks bounds it too.
+	MaxRetries int
+	// UpstreamTimeout bounds the wait for an endpoint's response headers
+	// (prefill of a non-streaming request included); when it expires the
+	// client gets 504. 0 means no limit.
+	UpstreamTimeout time.Duration
+	// StripHeaders are more client headers removed before picking and
+	// forwarding, in addition to the hop-by-hop headers and
+	// HeaderDestination: for example the subset filter's header, if only
+	// the gateway may set it.
+	StripHeaders []string
+	// EndpointHeader, when not "", is set on the upstream request (Proxy)
+	// or the incoming request handed to the next handler (Middleware) to the
+	// chosen endpoint's address; HeaderDestination is the usual name.
+	EndpointHeader string
+	// RetryAfter is the Retry-After sent with 429; 0 means DefaultRetryAfter.
+	RetryAfter time.Duration
+	// MaxResponseBuffer bounds the non-streaming JSON response held to
+	// read its usage and rewrite its model; a longer one is streamed
+	// through unchanged. 0 means DefaultMaxResponseBuffer.
+	MaxResponseBuffer int64
+	// Logger receives warnings about upstream failures and debug lines per
+	// request; nil means discard.
+	Logger *slog.Logger
+	// MeterProvider records the router's metrics (requests by pool, model
+	// and status; request duration; TTFT; retries); nil means none.
+	MeterProvider metric.MeterProvider
+}
+
+// NewTransport returns the default upstream transport: keep-alive pools
+// sized for a gateway that sends many concurrent requests to a few hosts,
+// no proxy from the environment, and no transparent compression (prompts
+// and streams pass as they are).
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   1024,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true,
+		WriteBufferSize:       64 << 10,
+		ReadBufferSize:        32 << 10,
+	}
+}
+
+// Proxy is an OpenAI-compatible reverse proxy: it reads the model from the
+// request body, routes it through a Table to a pool, asks the pool's picker
+// for an endpoint, and forwards the request, streaming SSE responses with a
+// flush per event. See the package documentation for the behaviour on
+// errors and retries.
+//
+// A Proxy is safe for concurrent use. ServeHTTP blocks for the duration of
+// the upstream exchange.
+type Proxy struct {
+	cfg       Config
+	transport http.RoundTripper
+	clock     signals.Clock
+	hasher    *prefix.Hasher
+	log       *slog.Logger
+	strip     []string
+	retries   int
+	inst      instruments
+
+	table atomic.Pointer[Table]
+	calls sync.Pool
+}
+
+// NewProxy returns a Proxy routing with t. It fails only when t is nil or
+// the metric instruments cannot be created.
+func NewProxy(t *Table, cfg Config) (*Proxy, error) {
+	if t == nil {
+		return nil, errors.New("router: nil table")
+	}
+	p := &Proxy{cfg: cfg, transport: cfg.Transport, clock: cfg.Clock, hasher: cfg.Hasher, log: cfg.Logger}
+	if p.transport == nil {
+		p.transport = NewTransport()
+	}
+	if p.clock == nil {
+		p.clock = signals.SystemClock{}
+	}
+	if p.hasher == nil {
+		p.hasher = prefix.NewHasher(prefix.HashConfig{})
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.cfg.MaxBodyBytes <= 0 {
+		p.cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if p.cfg.RetryAfter <= 0 {
+		p.cfg.RetryAfter = DefaultRetryAfter
+	}
+	if p.cfg.MaxResponseBuffer <= 0 {
+		p.cfg.MaxResponseBuffer = DefaultMaxResponseBuffer
+	}
+	switch {
+	case cfg.MaxRetries == 0:
+		p.retries = DefaultMaxRetries
+	case cfg.MaxRetries < 0:
+		p.retries = 0
+	default:
+		p.retries = min(cfg.MaxRetries, picker.MaxFallbacks)
+	}
+	p.strip = append(p.strip, HeaderDestination)
+	for _, h := range cfg.StripHeaders {
+		p.strip = append(p.strip, http.CanonicalHeaderKey(h))
+	}
+	if err := p.inst.init(cfg.MeterProvider); err != nil {
+		return nil, err
+	}
+	p.table.Store(t)
+	p.calls.New = func() any { return new(call) }
+	return p, nil
+}
+
+// SetTable swaps the routing table atomically; requests in flight finish
+// with the table they started with.
+func (p *Proxy) SetTable(t *Table) {
+	if t != nil {
+		p.table.Store(t)
+	}
+}
+
+// Table returns the current routing table.
+func (p *Proxy) Table() *Table { return p.table.Load() }
+
+// call is the per-request scratch space, pooled. Its signals.Request is
+// handed to the picker and must not be reused before Done.
+type call struct {
+	body   []byte
+	send   []byte // body as sent upstream (body, or a rewritten copy)
+	req    signals.Request
+	hdr    http.Header
+	parsed Parsed
+	route  Route
+	start  time.Time
+
+	targets [picker.MaxFallbacks + 1]*signals.Endpoint
+	br      *bufio.Reader
+	line    []byte
+	out     []byte
+	rbuf    []byte
+	cancel  context.CancelCauseFunc
+}
+
+func (p *Proxy) getCall() *call { return p.calls.Get().(*call) }
+
+func (p *Proxy) putCall(c *call) {
+	if cap(c.body) > 4*DefaultMaxBodyBytes || cap(c.rbuf) > 4*DefaultMaxBodyBytes {
+		return // do not keep outsized buffers
+	}
+	blocks := c.req.PromptBlocks[:0]
+	body, line, out, rbuf, br := c.body[:0], c.line[:0], c.out[:0], c.rbuf[:0], c.br
+	*c = call{body: body, line: line, out: out, rbuf: rbuf, br: br}
+	c.req.PromptBlocks = blocks
+	p.calls.Put(c)
+}
+
+// ServeHTTP implements http.Handler. It answers GET /v1/models from the
+// table and proxies everything else: see the package documentation.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c := p.getCall()
+	defer p.putCall(c)
+	c.start = p.clock.Now()
+	if KindOf(r.URL.Path) == KindModels && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		p.serveModels(w)
+		return
+	}
+	res, err := p.admit(r, c)
+	if err != nil {
+		ae := errorFor(err, p.cfg.RetryAfter)
+		WriteError(w, ae)
+		p.inst.request(r.Context(), c, ae.Status, p.clock.Now().Sub(c.start), 0)
+		p.log.LogAttrs(r.Context(), slog.LevelDebug, "request rejected", slog.Int("status", ae.Status),
+			slog.String("error", err.Error()))
+		return
+	}
+	status, ttft := p.forward(w, r, c, res)
+	p.inst.request(r.Context(), c, status, p.clock.Now().Sub(c.start), ttft)
+}
+
+func (p *Proxy) serveModels(w http.ResponseWriter) {
+	b := p.table.Load().ModelsJSON()
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
+
+// admit reads and parses the request, routes it and picks an endpoint. On
+// error nothing was dispatched.
+func (p *Proxy) admit(r *http.Request, c *call) (picker.Result, error) {
+	c.hdr = p.cleanHeader(r)
+	if err := p.readBody(r, c); err != nil {
+		return picker.Result{}, err
+	}
+	var err error
+	if c.parsed, err = ParseRequest(r.URL.Path, c.hdr, c.body, p.cfg.Parse); err != nil {
+		return picker.Result{}, err
+	}
+	t := p.table.Load()
+	if c.route, err = t.Route(&c.parsed); err != nil {
+		return picker.Result{}, err
+	}
+	c.send = c.body
+	if c.route.Rewrites() {
+		c.send = c.parsed.RewriteModel(c.body, c.route.Upstream)
+	}
+	if err := Prepare(&c.req, &c.parsed, c.route, c.body, c.hdr, p.hasher, c.req.PromptBlocks); err != nil {
+		return picker.Result{}, err
+	}
+	return c.route.Pool.Picker.Pick(r.Context(), &c.req)
+}
+
+// readBody reads the request body into c.body, failing with
+// ErrBodyTooLarge past the limit.
+func (p *Proxy) readBody(r *http.Request, c *call) error {
+	limit := p.cfg.MaxBodyBytes
+	if r.ContentLength > limit {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrBodyTooLarge, r.ContentLength, limit)
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		c.body = c.body[:0]
+		return nil
+	}
+	buf := c.body[:0]
+	if r.ContentLength > 0 && int64(cap(buf)) < r.ContentLength {
+		buf = make([]byte, 0, r.ContentLength)
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			c.body = buf[:0]
+			return fmt.Errorf("%w: more than %d bytes", ErrBodyTooLarge, limit)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			c.body = buf[:0]
+			return &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request",
+				Message: "reading the request body: " + err.Error()}
+		}
+	}
+	c.body = buf
+	return nil
+}
+
+// hopHeaders are the hop-by-hop header fields of RFC 9110 section 7.6.1
+// (plus the non-standard Proxy-Connection and Keep-Alive), which a proxy
+// must not forward.
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// cleanHeader returns the headers to forward: r's headers without the
+// hop-by-hop fields, those named by Connection, and the routing headers a
+// client may not set; with X-Forwarded-For extended and compression off.
+func (p *Proxy) cleanHeader(r *http.Request) http.Header {
+	out := make(http.Header, len(r.Header)+2)
+	for k, v := range r.Header {
+		out[k] = v
+	}
+	for _, v := range r.Header["Connection"] {
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				out.Del(f)
+			}
+		}
+	}
+	for _, h := range hopHeaders {
+		delete(out, h)
+	}
+	for _, h := range p.strip {
+		delete(out, h)
+	}
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		if prior := out["X-Forwarded-For"]; len(prior) > 0 {
+			host = strings.Join(prior, ", ") + ", " + host
+		}
+		out["X-Forwarded-For"] = []string{host}
+	}
+	out["Accept-Encoding"] = []string{"identity"}
+	return out
+}
+
+// forward sends the request to the picked endpoint, retrying on its
+// fallbacks, and relays the response. It calls res.Done exactly once and
+// returns the status sent (499 for a client that went away) and the TTFT.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res picker.Result) (int, time.Duration) {
+	ctx := r.Context()
+	targets := append(c.targets[:0], res.Endpoint)
+	fb := res.Fallbacks
+	if len(fb) > p.retries {
+		fb = fb[:p.retries]
+	}
+	targets = append(targets, fb...) // copied: res.Fallbacks dies with Done
+	var lastErr error
+	for i, ep := range targets {
+		done := res.Done
+		if i > 0 {
+			p.inst.retry(ctx, c)
+			done = dispatchDirect(ep, c.req.PromptTokens)
+		}
+		t0 := p.clock.Now()
+		resp, err := p.roundTrip(ctx, r, c, ep)
+		if err != nil {
+			o := signals.Outcome{Err: err, Latency: p.clock.Now().Sub(t0)}
+			switch {
+			case ctx.Err() != nil:
+				o.Err = ctx.Err()
+				done(o)
+				return 499, 0
+			case errors.Is(err, ErrUpstreamTimeout):
+				done(o)
+				WriteError(w, errorFor(err, 0))
+				return http.StatusGatewayTimeout, 0
+			}
+			o.ConnectError = true
+			done(o)
+			p.log.LogAttrs(ctx, slog.LevelWarn, "upstream unreachable", slog.String("endpoint", ep.Name),
+				slog.String("address", ep.Address), slog.String("error", err.Error()), slog.Int("attempt", i+1))
+			lastErr = err
+			continue
+		}
+		if resp.StatusCode >= 500 && i < len(targets)-1 {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			_ = resp.Body.Close()
+			c.cancel(nil)
+			err := fmt.Errorf("%w: %d from %s", ErrUpstreamStatus, resp.StatusCode, ep.Address)
+			done(signals.Outcome{Err: err, Latency: p.clock.Now().Sub(t0)})
+			p.log.LogAttrs(ctx, slog.LevelWarn, "upstream error status, retrying", slog.String("endpoint", ep.Name),
+				slog.Int("status", resp.StatusCode), slog.Int("attempt", i+1))
+			lastErr = err
+			continue
+		}
+		return p.respond(w, r, c, resp, t0, done)
+	}
+	WriteError(w, errorFor(lastErr, 0))
+	return http.StatusBadGateway, 0
+}
+
+// dispatchDirect accounts a retry on a fallback endpoint, which the picker
+// did not dispatch, and returns its Done: the in-flight counters are
+// released and the endpoint's health updated like the picker's own Done.
+func dispatchDirect(ep *signals.Endpoint, tokens int) func(signals.Outcome) {
+	ep.Dispatch(tokens)
+	var once atomic.Bool
+	return func(o signals.Outcome) {
+		if !once.CompareAndSwap(false, true) {
+			return
+		}
+		ep.Complete(tokens)
+		switch {
+		case o.ConnectError:
+			ep.ReportConnectError()
+		case o.Err == nil:
+			ep.ReportSuccess()
+		}
+	}
+}
+
+// roundTrip sends one attempt. On success c.cancel must be called once the
+// response is consumed.
+func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, c *call, ep *signals.Endpoint) (*http.Response, error) {
+	actx, cancel := context.WithCancelCause(ctx)
+	hdr := c.hdr
+	if p.cfg.EndpointHeader != "" {
+		hdr = hdr.Clone()
+		hdr.Set(p.cfg.EndpointHeader, ep.Address)
+	}
+	out := (&http.Request{
+		Method:     r.Method,
+		URL:        &url.URL{Scheme: "http", Host: ep.Address, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery},
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     hdr,
+		Host:       ep.Address,
+	}).WithContext(actx)
+	if len(c.send) > 0 || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
+		body := c.send
+		out.Body = io.NopCloser(bytes.NewReader(body))
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		out.ContentLength = int64(len(body))
+		if len(body) == 0 {
+			out.Body = http.NoBody
+		}
+	}
+	var timer *time.Timer
+	if d := p.cfg.UpstreamTimeout; d > 0 {
+		timer = time.AfterFunc(d, func() { cancel(ErrUpstreamTimeout) })
+	}
+	resp, err := p.transport.RoundTrip(out)
+	if timer != nil && !timer.Stop() && err == nil {
+		// The timer fired as the headers arrived: the body is cancelled.
+		_ = resp.Body.Close()
+		resp, err = nil, ErrUpstreamTimeout
+	}
+	if err != nil {
+		if errors.Is(context.Cause(actx), ErrUpstreamTimeout) {
+			err = ErrUpstreamTimeout
+		}
+		cancel(nil)
+		return nil, err
+	}
+	c.cancel = cancel
+	return resp, nil
+}
+
+// firstByte records when the first response body byte arrives.
+type firstByte struct {
+	r     io.Reader
+	clock signals.Clock
+	t0    time.Time
+	ttft  time.Duration
+	seen  bool
+}
+
+func (f *firstByte) Read(b []byte) (int, error) {
+	n, err := f.r.Read(b)
+	if n > 0 && !f.seen {
+		f.seen = true
+		f.ttft = f.clock.Now().Sub(f.t0)
+	}
+	return n, err
+}
+
+// respond relays resp to the client and calls done once with the outcome.
+func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, c *call, resp *http.Response, t0 time.Time, done func(signals.Outcome)) (int, time.Duration) {
+	defer c.cancel(nil)
+	defer resp.Body.Close()
+	fb := &firstByte{r: resp.Body, clock: p.clock, t0: t0}
+	var o signals.Outcome
+	if resp.StatusCode >= 500 {
+		o.Err = fmt.Errorf("%w: %d", ErrUpstreamStatus, resp.StatusCode)
+	}
+	copyHeader(w.Header(), resp.Header)
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	status := resp.StatusCode
+	var err error
+	var aborted bool
+	switch {
+	case ct == "text/event-stream":
+		err = p.streamSSE(w, r, c, fb, resp.StatusCode, &o)
+	case (ct == "application/json" || strings.HasSuffix(ct, "+json")) && resp.ContentLength <= p.cfg.MaxResponseBuffer:
+		status, err = p.bufferJSON(w, r, c, fb, resp.StatusCode, &o)
+	default:
+		aborted, err = p.copyBody(w, fb, resp.StatusCode)
+	}
+	if err != nil && o.Err == nil {
+		o.Err = err
+	}
+	if r.Context().Err() != nil {
+		o.Err = r.Context().Err()
+		status = 499
+	}
+	o.TTFT = fb.ttft
+	o.Latency = p.clock.Now().Sub(t0)
+	done(o)
+	if aborted {
+		// The body broke off after bytes were sent and the format has no
+		// in-band error: abort the connection so the client sees a failed
+		// response rather than a silently truncated one.
+		panic(http.ErrAbortHandler)
+	}
+	return status, o.TTFT
+}
+
+func copyHeader(dst, src http.Header) {
+	for k, v := range src {
+		dst[k] = v
+	}
+	for _, v := range src["Connection"] {
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				dst.Del(f)
+			}
+		}
+	}
+	for _, h := range hopHeaders {
+		delete(dst, h)
+	}
+}
+
+// bufferJSON reads a JSON response whole (up to MaxResponseBuffer), takes
+// its usage, rewrites its model back to the client's name, and sends it.
+// Nothing reaches the client before the body is complete, so a failure to
+// read it is answered 502 instead of a truncated body.
+func (p *Proxy) bufferJSON(w http.ResponseWriter, r *http.Request, c *call, fb *firstByte, status int, o *signals.Outcome) (int, error) {
+	limit := p.cfg.MaxResponseBuffer
+	buf := c.rbuf[:0]
+	var rerr error
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := fb.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			rerr = err
+			break
+		}
+		if int64(len(buf)) > limit {
+			break
+		}
+	}
+	c.rbuf = buf
+	h := w.Header()
+	if rerr != nil {
+		for k := range h {
+			delete(h, k)
+		}
+		if r.Context().Err() != nil {
+			return 499, rerr
+		}
+		err := fmt.Errorf("%w: %w", ErrStreamBroken, rerr)
+		WriteError(w, &APIError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_stream_error",
+			Message: "the model server's response broke off: " + rerr.Error()})
+		return http.StatusBadGateway, err
+	}
+	if int64(len(buf)) > limit {
+		// Too long to hold: send what was read and stream the rest.
+		h.Del("Content-Length")
+		w.WriteHeader(status)
+		if _, err := w.Write(buf); err != nil {
+			return status, err
+		}
+		_, err := io.Copy(w, fb)
+		return status, err
+	}
+	if u, ok := parseUsage(buf); ok {
+		u.apply(o)
+	}
+	out := buf
+	if c.route.Rewrites() {
+		out = rewriteModelField(buf, c.route.ClientModel)
+	}
+	h.Set("Content-Length", strconv.Itoa(len(out)))
+	w.WriteHeader(status)
+	_, err := w.Write(out)
+	return status, err
+}
+
+// copyBody streams a response of another content type, flushing after each
+// read so that unknown streaming formats are not held back. It reports
+// aborted when the upstream body broke off after bytes were sent.
+func (p *Proxy) copyBody(w http.ResponseWriter, fb *firstByte, status int) (aborted bool, err error) {
+	w.WriteHeader(status)
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := fb.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return false, werr
+			}
+			_ = rc.Flush()
+		}
+		if rerr == io.EOF {
+			return false, nil
+		}
+		if rerr != nil {
+			return fb.seen, fmt.Errorf("%w: %w", ErrStreamBroken, rerr)
+		}
+	}
+}
+
+// streamSSE relays a server-sent event stream line by line, flushing at the
+// end of every event, rewriting each data chunk's model back to the
+// client's name and keeping the last usage seen. If the upstream breaks off,
+// or a chat or completions stream ends without "data: [DONE]", it sends an
+// SSE error event in OpenAI's error shape so the client never mistakes a
+// truncated answer for a complete one.
+func (p *Proxy) streamSSE(w http.ResponseWriter, r *http.Request, c *call, fb *firstByte, status int, o *signals.Outcome) error {
+	w.Header().Del("Content-Length")
+	w.WriteHeader(status)
+	rc := http.NewResponseController(w)
+	if err := rc.Flush(); err != nil {
+		return err
+	}
+	if c.br == nil {
+		c.br = bufio.NewReaderSize(fb, 16<<10)
+	} else {
+		c.br.Reset(fb)
+	}
+	defer c.br.Reset(nil)
+	sawDone := false
+	rewrite := c.route.Rewrites()
+	for {
+		line, rerr := c.readLine()
+		if len(line) > 0 {
+			out := line
+			if payload, ok := sseData(line); ok {
+				switch {
+				case len(payload) == 6 && string(payload) == "[DONE]":
+					sawDone = true
+				case len(payload) > 0 && payload[0] == '{':
+					if bytes.Contains(payload, []byte(`"usage"`)) {
+						if u, ok := parseUsage(payload); ok {
+							u.apply(o)
+						}
+					}
+					if rewrite {
+						c.out = append(append(append(c.out[:0], "data: "...), rewriteModelField(payload, c.route.ClientModel)...), '\n')
+						out = c.out
+					}
+				}
+			}
+			if _, err := w.Write(out); err != nil {
+				return err
+			}
+			if len(line) <= 2 && (line[0] == '\n' || line[0] == '\r') {
+				if err := rc.Flush(); err != nil {
+					return err
+				}
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			if r.Context().Err() != nil {
+				return r.Context().Err()
+			}
+			return p.streamError(w, rc, fmt.Errorf("%w: %w", ErrStreamBroken, rerr))
+		}
+	}
+	if !sawDone && (c.parsed.Kind == KindChat || c.parsed.Kind == KindCompletions) && status < 400 {
+		return p.streamError(w, rc, fmt.Errorf("%w: the stream ended without [DONE]", ErrStreamBroken))
+	}
+	return rc.Flush()
+}
+
+// streamError ends an SSE stream with an error event and returns err.
+func (p *Proxy) streamError(w http.ResponseWriter, rc *http.ResponseController, err error) error {
+	ae := &APIError{Type: "server_error", Code: "upstream_stream_error",
+		Message: "the model server's stream broke off: " + err.Error()}
+	b := append(ae.AppendJSON([]byte("data: ")), "\n\n"...)
+	_, _ = w.Write(b)
+	_ = rc.Flush()
+	return err
+}
+
+// readLine returns the next line including its newline; a line longer than
+// the reader's buffer is assembled in c.line. At the end of the stream it
+// returns the last partial line (if any) with io.EOF.
+func (c *call) readLine() ([]byte, error) {
+	line, err := c.br.ReadSlice('\n')
+	if err != bufio.ErrBufferFull {
+		return line, err
+	}
+	c.line = append(c.line[:0], line...)
+	for {
+		line, err = c.br.ReadSlice('\n')
+		c.line = append(c.line, line...)
+		if err != bufio.ErrBufferFull {
+			return c.line, err
+		}
+	}
+}
+
+// sseData returns the payload of an SSE "data:" line without the optional
+// space after the colon and without the line ending (WHATWG HTML Living
+// Standard, "Server-sent events", section 9.2.6 Interpreting an event
+// stream).
+func sseData(line []byte) ([]byte, bool) {
+	if !bytes.HasPrefix(line, []byte("data:")) {
+		return nil, false
+	}
+	v := line[5:]
+	if len(v) > 0 && v[0] == ' ' {
+		v = v[1:]
+	}
+	return bytes.TrimRight(v, "\r\n"), true
+}

@@ -1,0 +1,60 @@
+package router
+
+import "github.com/inferroute/inferroute/signals"
+
+// usage is the token usage of a response.
+type usage struct {
+	prompt, cached, completion int
+}
+
+func (u usage) apply(o *signals.Outcome) {
+	o.PromptTokens, o.CachedTokens, o.CompletionTokens = u.prompt, u.cached, u.completion
+}
+
+// parseUsage reads the "usage" object of a response or SSE chunk:
+// prompt_tokens, completion_tokens and prompt_tokens_details.cached_tokens
+// (chat completions, completions, embeddings), or input_tokens,
+// output_tokens and input_tokens_details.cached_tokens (responses, whose
+// stream carries it in the "response" object of its response.completed
+// event). A null or absent usage is not ok.
+func parseUsage(obj []byte) (usage, bool) {
+	var u usage
+	v0, v1, found := findField(obj, "usage")
+	if !found || obj[v0] != '{' {
+		if r0, r1, ok := findField(obj, "response"); ok && obj[r0] == '{' {
+			return parseUsage(obj[r0:r1])
+		}
+		return u, false
+	}
+	v := obj[v0:v1]
+	s := scanner{b: v}
+	err := s.objectFields(func(k []byte, a, b int) bool {
+		switch string(k) {
+		case "prompt_tokens", "input_tokens":
+			u.prompt, _ = intValue(v[a:b])
+		case "completion_tokens", "output_tokens":
+			u.completion, _ = intValue(v[a:b])
+		case "prompt_tokens_details", "input_tokens_details":
+			d := v[a:b]
+			if c0, c1, ok := findField(d, "cached_tokens"); ok {
+				u.cached, _ = intValue(d[c0:c1])
+			}
+		}
+		return true
+	})
+	return u, err == nil
+}
+
+// rewriteModelField returns obj with the string value of its top-level
+// "model" key replaced by to, or obj itself when it has none (or already
+// says to). A rewritten result is a new slice.
+func rewriteModelField(obj []byte, to string) []byte {
+	v0, v1, ok := findField(obj, "model")
+	if !ok || obj[v0] != '"' {
+		return obj
+	}
+	if cur, ok := stringValue(obj[v0:v1]); ok && cur == to {
+		return obj
+	}
+	return splice(obj, v0, v1, to)
+}
