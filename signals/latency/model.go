@@ -92,33 +92,37 @@ func (m *model) update(x *[maxDim]float64, y float64) {
 func (m *model) solve() {
 	d := m.dim
 	var c [maxDim * maxDim]float64 // Cholesky factor L, lower triangle
-	var z [maxDim]float64
+	var inv [maxDim]float64        // 1 / L[i][i]
 	for i := 0; i < d; i++ {
+		ci := c[i*maxDim : i*maxDim+maxDim]
+		ai := m.a[i*maxDim : i*maxDim+maxDim]
 		for j := 0; j <= i; j++ {
-			s := m.a[i*maxDim+j]
+			cj := c[j*maxDim : j*maxDim+maxDim]
+			s := ai[j]
+			for k := 0; k < j; k++ {
+				s -= ci[k] * cj[k]
+			}
 			if i == j {
 				s += m.reg[i]
-			}
-			for k := 0; k < j; k++ {
-				s -= c[i*maxDim+k] * c[j*maxDim+k]
-			}
-			if i == j {
-				if !(s > 0) {
+				if !(s > 0) || math.IsInf(s, 0) {
 					return
 				}
-				c[i*maxDim+i] = math.Sqrt(s)
+				r := math.Sqrt(s)
+				ci[i] = r
+				inv[i] = 1 / r
 			} else {
-				c[i*maxDim+j] = s / c[j*maxDim+j]
+				ci[j] = s * inv[j]
 			}
 		}
 	}
 	// Forward: L z = b + R·prior.
+	var z [maxDim]float64
 	for i := 0; i < d; i++ {
 		s := m.b[i] + m.reg[i]*m.prior[i]
 		for k := 0; k < i; k++ {
 			s -= c[i*maxDim+k] * z[k]
 		}
-		z[i] = s / c[i*maxDim+i]
+		z[i] = s * inv[i]
 	}
 	// Backward: Lᵀ θ = z.
 	var t [maxDim]float64
@@ -127,7 +131,9 @@ func (m *model) solve() {
 		for k := i + 1; k < d; k++ {
 			s -= c[k*maxDim+i] * t[k]
 		}
-		t[i] = s / c[i*maxDim+i]
+		t[i] = s * inv[i]
+	}
+	for i := 0; i < d; i++ {
 		if math.IsNaN(t[i]) || math.IsInf(t[i], 0) {
 			return
 		}
