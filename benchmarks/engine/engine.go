@@ -242,8 +242,9 @@ type Engine struct {
 	loraMark     []uint64
 	loraEpoch    uint64
 
-	work stepWork
-	hits []int32 // scratch: prefix-cache hits of the request being admitted
+	work    stepWork
+	hits    []int32 // scratch: prefix-cache hits of the request being admitted
+	scratch seq     // scratch for PrefixHitTokens
 
 	stats Stats
 }

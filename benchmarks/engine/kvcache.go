@@ -16,61 +16,56 @@ package engine
 //     (kv_cache_utils.hash_block_tokens).
 
 // blockPool is the set of KV blocks, their reference counts, the free
-// queue and the prefix-cache table. It never allocates after init.
+// queue and the prefix-cache table. It never allocates after init. A
+// block's fields sit together in one struct so that touching a block costs
+// one cache miss (the simulator is memory-bound on block bookkeeping).
 type blockPool struct {
 	numBlocks int
 	numFree   int
-	ref       []int32
-	hash      []uint64
-	hashed    []bool
-	// prev and next link the free queue; index numBlocks is the sentinel
-	// (next[sentinel] is the head, prev[sentinel] the tail).
-	prev, next []int32
-	table      hashTable
+	// b holds the blocks plus, at index numBlocks, the free queue's
+	// sentinel (its next is the head, its prev the tail).
+	b     []block
+	table hashTable
+}
+
+type block struct {
+	hash       uint64 // content hash, valid when hashed
+	prev, next int32  // free-queue links, valid when ref == 0
+	ref        int32
+	hashed     bool
 }
 
 func (p *blockPool) init(n int) {
-	if p.numBlocks != n || p.ref == nil {
+	if p.numBlocks != n || p.b == nil {
 		p.numBlocks = n
-		p.ref = make([]int32, n)
-		p.hash = make([]uint64, n)
-		p.hashed = make([]bool, n)
-		p.prev = make([]int32, n+1)
-		p.next = make([]int32, n+1)
+		p.b = make([]block, n+1)
 		p.table.init(n)
 	} else {
-		clear(p.ref)
-		clear(p.hashed)
+		clear(p.b)
 		p.table.reset()
 	}
-	// All blocks free, in id order.
+	// All blocks free, in id order, in a ring through the sentinel n.
 	for i := 0; i <= n; i++ {
-		p.prev[i] = int32(i - 1)
-		p.next[i] = int32(i + 1)
-	}
-	p.prev[0] = int32(n)
-	p.next[n] = 0
-	p.prev[n] = int32(n - 1)
-	if n > 0 {
-		p.next[n-1] = int32(n)
+		p.b[i].prev = int32((i + n) % (n + 1))
+		p.b[i].next = int32((i + 1) % (n + 1))
 	}
 	p.numFree = n
 }
 
-func (p *blockPool) unlink(b int32) {
-	pr, nx := p.prev[b], p.next[b]
-	p.next[pr] = nx
-	p.prev[nx] = pr
+func (p *blockPool) unlink(id int32) {
+	b := &p.b[id]
+	p.b[b.prev].next = b.next
+	p.b[b.next].prev = b.prev
 	p.numFree--
 }
 
-func (p *blockPool) pushTail(b int32) {
+func (p *blockPool) pushTail(id int32) {
 	s := int32(p.numBlocks)
-	t := p.prev[s]
-	p.next[t] = b
-	p.prev[b] = t
-	p.next[b] = s
-	p.prev[s] = b
+	t := p.b[s].prev
+	p.b[t].next = id
+	p.b[id].prev = t
+	p.b[id].next = s
+	p.b[s].prev = id
 	p.numFree++
 }
 
@@ -78,46 +73,46 @@ func (p *blockPool) pushTail(b int32) {
 // its prefix-cache entry, and returns it with reference count 1. The
 // caller has checked numFree > 0.
 func (p *blockPool) take() int32 {
-	b := p.next[p.numBlocks]
-	p.unlink(b)
-	if p.hashed[b] {
-		p.table.remove(p.hash[b], b)
-		p.hashed[b] = false
+	id := p.b[p.numBlocks].next
+	p.unlink(id)
+	b := &p.b[id]
+	if b.hashed {
+		p.table.remove(b.hash, id)
+		b.hashed = false
 	}
-	p.ref[b] = 1
-	return b
+	b.ref = 1
+	return id
 }
 
 // touch adds a reference to a cached block, taking it off the free queue
 // if no request referenced it.
-func (p *blockPool) touch(b int32) {
-	if p.ref[b] == 0 {
-		p.unlink(b)
+func (p *blockPool) touch(id int32) {
+	if p.b[id].ref == 0 {
+		p.unlink(id)
 	}
-	p.ref[b]++
+	p.b[id].ref++
 }
 
 // release drops a reference; an unreferenced block goes to the tail of the
 // free queue, still cached.
-func (p *blockPool) release(b int32) {
-	p.ref[b]--
-	if p.ref[b] == 0 {
-		p.pushTail(b)
+func (p *blockPool) release(id int32) {
+	p.b[id].ref--
+	if p.b[id].ref == 0 {
+		p.pushTail(id)
 	}
 }
 
-// register records block b as holding the content with hash h, unless
-// another block already holds it (then b stays an uncached duplicate).
-func (p *blockPool) register(b int32, h uint64) {
-	if p.hashed[b] {
+// register records block id as holding the content with hash h, unless
+// another block already holds it (then id stays an uncached duplicate).
+func (p *blockPool) register(id int32, h uint64) {
+	b := &p.b[id]
+	if b.hashed {
 		return
 	}
-	if _, ok := p.table.get(h); ok {
-		return
+	if p.table.insert(h, id) {
+		b.hash = h
+		b.hashed = true
 	}
-	p.table.put(h, b)
-	p.hash[b] = h
-	p.hashed[b] = true
 }
 
 // hashTable maps block hashes to block ids with open addressing, linear
@@ -125,9 +120,13 @@ func (p *blockPool) register(b int32, h uint64) {
 // It exists so that steady-state stepping does not allocate (a Go map may
 // reallocate to clear deleted entries).
 type hashTable struct {
-	keys []uint64
-	vals []int32 // -1: empty slot
+	e    []entry
 	mask uint64
+}
+
+type entry struct {
+	key uint64
+	val int32 // -1: empty slot
 }
 
 func (t *hashTable) init(n int) {
@@ -135,37 +134,43 @@ func (t *hashTable) init(n int) {
 	for size < 2*n {
 		size <<= 1
 	}
-	t.keys = make([]uint64, size)
-	t.vals = make([]int32, size)
+	t.e = make([]entry, size)
 	t.mask = uint64(size - 1)
 	t.reset()
 }
 
 func (t *hashTable) reset() {
-	for i := range t.vals {
-		t.vals[i] = -1
+	for i := range t.e {
+		t.e[i].val = -1
 	}
 }
 
 func (t *hashTable) get(k uint64) (int32, bool) {
 	for i := k & t.mask; ; i = (i + 1) & t.mask {
-		v := t.vals[i]
-		if v < 0 {
+		e := &t.e[i]
+		if e.val < 0 {
 			return 0, false
 		}
-		if t.keys[i] == k {
-			return v, true
+		if e.key == k {
+			return e.val, true
 		}
 	}
 }
 
-func (t *hashTable) put(k uint64, v int32) {
+// insert adds k → v unless k is present; it reports whether it added.
+func (t *hashTable) insert(k uint64, v int32) bool {
 	i := k & t.mask
-	for t.vals[i] >= 0 {
+	for {
+		e := &t.e[i]
+		if e.val < 0 {
+			e.key, e.val = k, v
+			return true
+		}
+		if e.key == k {
+			return false
+		}
 		i = (i + 1) & t.mask
 	}
-	t.keys[i] = k
-	t.vals[i] = v
 }
 
 // remove deletes key k if it maps to v, shifting later entries of the
@@ -174,29 +179,29 @@ func (t *hashTable) put(k uint64, v int32) {
 func (t *hashTable) remove(k uint64, v int32) {
 	i := k & t.mask
 	for {
-		if t.vals[i] < 0 {
+		e := &t.e[i]
+		if e.val < 0 {
 			return
 		}
-		if t.keys[i] == k && t.vals[i] == v {
+		if e.key == k && e.val == v {
 			break
 		}
 		i = (i + 1) & t.mask
 	}
 	for {
-		t.vals[i] = -1
+		t.e[i].val = -1
 		j := i
 		for {
 			j = (j + 1) & t.mask
-			if t.vals[j] < 0 {
+			if t.e[j].val < 0 {
 				return
 			}
-			home := t.keys[j] & t.mask
+			home := t.e[j].key & t.mask
 			// Move j back to i unless its home lies cyclically in (i, j].
 			if (i <= j && (i < home && home <= j)) || (i > j && (i < home || home <= j)) {
 				continue
 			}
-			t.keys[i] = t.keys[j]
-			t.vals[i] = t.vals[j]
+			t.e[i] = t.e[j]
 			i = j
 			break
 		}
@@ -276,7 +281,7 @@ func (e *Engine) admit(s *seq, budget int) (int, bool) {
 			break
 		}
 		hits = append(hits, b)
-		if e.pool.ref[b] == 0 {
+		if e.pool.b[b].ref == 0 {
 			evictable++
 		}
 	}
@@ -338,4 +343,28 @@ func (e *Engine) freeBlocks(s *seq) {
 	}
 	s.blocks = s.blocks[:0]
 	s.numCached = 0
+}
+
+// PrefixHitTokens returns how many of r's prompt tokens the prefix cache
+// would serve if r were scheduled now: the leading full blocks of r found
+// in the cache, at most PromptTokens-1 tokens. It does not change the
+// cache's state or recency (a perfect-information oracle may call it on
+// every pod). It does not allocate once the engine has hashed a prompt as
+// long as r's.
+func (e *Engine) PrefixHitTokens(r *Request) int {
+	if !e.cfg.EnablePrefixCaching || r.PromptTokens < 1 {
+		return 0
+	}
+	e.scratch.req = r
+	e.hashPrompt(&e.scratch)
+	e.scratch.req = nil
+	maxHit := min(len(e.scratch.hashes), (r.PromptTokens-1)/e.blockSize)
+	hit := 0
+	for hit < maxHit {
+		if _, ok := e.pool.table.get(e.scratch.hashes[hit]); !ok {
+			break
+		}
+		hit++
+	}
+	return hit * e.blockSize
 }

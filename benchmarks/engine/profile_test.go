@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,15 +16,30 @@ import (
 // perfDir is ../shared/perf seen from this package (benchmarks/engine).
 var perfDir = filepath.Join("..", "..", "..", "shared", "perf")
 
+var (
+	csvMu    sync.Mutex
+	csvFiles = map[string][][]string{}
+)
+
 // csvCell returns the value of column col in 1-based line row of a CSV
 // file in perfDir (line 1 is the header).
 func csvCell(t *testing.T, file string, row int, col string) float64 {
 	t.Helper()
-	f, err := os.Open(filepath.Join(perfDir, file))
-	require.NoError(t, err)
-	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
-	require.NoError(t, err)
+	csvMu.Lock()
+	recs, ok := csvFiles[file]
+	if !ok {
+		f, err := os.Open(filepath.Join(perfDir, file))
+		if err == nil {
+			recs, err = csv.NewReader(f).ReadAll()
+			f.Close()
+		}
+		if err != nil {
+			csvMu.Unlock()
+			require.NoError(t, err)
+		}
+		csvFiles[file] = recs
+	}
+	csvMu.Unlock()
 	require.Less(t, row-1, len(recs), "%s has no line %d", file, row)
 	for i, h := range recs[0] {
 		if h == col {

@@ -1,0 +1,693 @@
+package engine
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const us = time.Microsecond
+
+// unitProfile makes step times easy arithmetic: a step of N tokens takes
+// 1 ms + N µs (+ 1 µs per prefill pair and per decode KV token when
+// attn is set).
+func unitProfile(attn bool) Profile {
+	p := Profile{
+		Name: "unit", GPU: "test", Model: "test", TP: 1, Layers: 1,
+		GPUMemoryGiB: 1, KVBytesPerToken: 1,
+		DefaultMaxNumBatchedTokens: 2048, DefaultMaxNumSeqs: 256,
+		OverheadUS: 1000, DensePerTokenUS: 1,
+	}
+	if attn {
+		p.PrefillAttnNS = 1000
+		p.DecodeAttnNS = 1000
+	}
+	return p
+}
+
+func unitConfig(budget, seqs, blocks int) Config {
+	return Config{Profile: unitProfile(false), MaxNumBatchedTokens: budget, MaxNumSeqs: seqs, NumBlocks: blocks, EnablePrefixCaching: true}
+}
+
+// driver runs an engine in virtual time and records its steps and events.
+type driver struct {
+	e      *Engine
+	now    time.Duration
+	events []Event
+	steps  []stepRec
+}
+
+type stepRec struct {
+	start, d time.Duration
+	tokens   int
+	seqs     int
+	running  int
+}
+
+func newDriver(cfg Config) *driver { return &driver{e: New(cfg)} }
+
+func (d *driver) add(t *testing.T, r *Request) {
+	t.Helper()
+	require.NoError(t, d.e.Add(d.now, r))
+}
+
+// step runs one step; false when there was nothing to do.
+func (d *driver) step() bool {
+	dur, ok := d.e.StartStep(d.now)
+	if !ok {
+		return false
+	}
+	d.steps = append(d.steps, stepRec{start: d.now, d: dur, tokens: d.e.work.tokens, seqs: len(d.e.sched), running: len(d.e.running)})
+	d.now += dur
+	d.events = d.e.FinishStep(d.now, d.events)
+	return true
+}
+
+func (d *driver) drain(t *testing.T) {
+	t.Helper()
+	for i := 0; d.step(); i++ {
+		require.Less(t, i, 1_000_000, "engine does not finish")
+	}
+	require.True(t, d.e.Idle())
+}
+
+func (d *driver) find(kind EventKind, r *Request) (Event, bool) {
+	for _, ev := range d.events {
+		if ev.Kind == kind && ev.Req == r {
+			return ev, true
+		}
+	}
+	return Event{}, false
+}
+
+func (d *driver) tokens() []int {
+	out := make([]int, len(d.steps))
+	for i, s := range d.steps {
+		out[i] = s.tokens
+	}
+	return out
+}
+
+// blocks returns n content-block ids starting at first.
+func blocks(first uint64, n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = first + uint64(i)
+	}
+	return out
+}
+
+func req(id uint64, prompt, output int) *Request {
+	return &Request{ID: id, Blocks: blocks(id*1000, (prompt+15)/16), BlockTokens: 16, PromptTokens: prompt, OutputTokens: output}
+}
+
+func TestBudgetAndMaxNumSeqs(t *testing.T) {
+	d := newDriver(unitConfig(100, 3, 1000))
+	for i := range 10 {
+		d.add(t, req(uint64(i+1), 50, 4))
+	}
+	d.drain(t)
+	// Step 1 admits two 50-token prompts (budget 100); step 2 decodes
+	// them (2 tokens) and admits a third prompt (max_num_seqs 3).
+	require.GreaterOrEqual(t, len(d.steps), 2)
+	assert.Equal(t, 100, d.steps[0].tokens)
+	assert.Equal(t, 2, d.steps[0].seqs)
+	assert.Equal(t, 52, d.steps[1].tokens)
+	assert.Equal(t, 3, d.steps[1].running)
+	for i, s := range d.steps {
+		assert.LessOrEqual(t, s.tokens, 100, "step %d", i)
+		assert.LessOrEqual(t, s.running, 3, "step %d", i)
+	}
+	n := 0
+	for _, ev := range d.events {
+		if ev.Kind == Finished {
+			n++
+		}
+	}
+	assert.Equal(t, 10, n)
+	assert.EqualValues(t, 40, d.e.Stats().GeneratedTokens)
+}
+
+func TestChunkedPrefill(t *testing.T) {
+	cfg := unitConfig(100, 8, 1000)
+	cfg.Profile = unitProfile(true)
+	d := newDriver(cfg)
+	r := req(1, 250, 2)
+	d.add(t, r)
+	d.drain(t)
+	assert.Equal(t, []int{100, 100, 50, 1}, d.tokens())
+	// Step durations: 1 ms + tokens µs + pairs µs (+ KV tokens µs).
+	// Chunk pairs: 100·(0+50) = 5000, 100·(100+50) = 15000,
+	// 50·(200+25) = 11250; the decode reads 251 KV tokens.
+	want := []time.Duration{(1000 + 100 + 5000) * us, (1000 + 100 + 15000) * us, (1000 + 50 + 11250) * us, (1000 + 1 + 251) * us}
+	for i, s := range d.steps {
+		assert.Equal(t, want[i], s.d, "step %d", i)
+	}
+	first, ok := d.find(FirstToken, r)
+	require.True(t, ok)
+	assert.Equal(t, 34500*us, first.At)
+	fin, ok := d.find(Finished, r)
+	require.True(t, ok)
+	assert.Equal(t, 35752*us, fin.At)
+	assert.Len(t, d.events, 2, "no event before the prefill completes")
+}
+
+func TestSingleRequestMatchesProfile(t *testing.T) {
+	for _, name := range []string{"h100-llama3-8b", "a100-llama3-8b", "l4-llama3-8b", "a100x4-llama3-70b"} {
+		for _, prompt := range []int{512, 2048} {
+			t.Run(name+"/"+strconv.Itoa(prompt), func(t *testing.T) {
+				p, _ := ProfileByName(name)
+				d := newDriver(DefaultConfig(p))
+				r := req(1, prompt, 3)
+				d.add(t, r)
+				d.drain(t)
+				first, ok := d.find(FirstToken, r)
+				require.True(t, ok)
+				assert.Equal(t, p.PrefillTime(prompt), first.At)
+				require.Len(t, d.steps, 3)
+				// Decode steps read prompt+1 and prompt+2 KV tokens.
+				assert.Equal(t, p.DecodeTime(1, prompt+1), d.steps[1].d)
+				assert.Equal(t, p.DecodeTime(1, prompt+2), d.steps[2].d)
+			})
+		}
+	}
+}
+
+func TestDecodeOneTokenPerStep(t *testing.T) {
+	d := newDriver(unitConfig(2048, 8, 1000))
+	rs := []*Request{req(1, 10, 5), req(2, 10, 5), req(3, 10, 5)}
+	for _, r := range rs {
+		d.add(t, r)
+	}
+	d.drain(t)
+	assert.Equal(t, []int{30, 3, 3, 3, 3}, d.tokens())
+	for _, r := range rs {
+		first, _ := d.find(FirstToken, r)
+		fin, _ := d.find(Finished, r)
+		assert.Equal(t, d.steps[0].start+d.steps[0].d, first.At)
+		assert.Equal(t, d.now, fin.At)
+	}
+	st := d.e.Stats()
+	assert.EqualValues(t, 15, st.GeneratedTokens)
+	assert.EqualValues(t, 30, st.PromptTokens)
+	assert.EqualValues(t, 5, st.Steps)
+}
+
+func TestPreemptionAndRecompute(t *testing.T) {
+	// 8 blocks of 16 tokens. Two requests of 32 prompt + 40 output tokens
+	// each need 5 blocks at the end; together they run out when the older
+	// one needs its 5th block: in step 34 (its KV then covers 32+33
+	// tokens), the newer one is preempted.
+	cfg := unitConfig(2048, 8, 8)
+	cfg.EnablePrefixCaching = false
+	d := newDriver(cfg)
+	r0, r1 := req(1, 32, 40), req(2, 32, 40)
+	d.add(t, r0)
+	d.add(t, r1)
+	d.drain(t)
+
+	pre, ok := d.find(Preempted, r1)
+	require.True(t, ok)
+	assert.Equal(t, d.steps[33].start, pre.At, "preempted by step 34")
+	_, ok = d.find(Preempted, r0)
+	assert.False(t, ok, "the older request is never preempted")
+
+	f0, _ := d.find(Finished, r0)
+	f1, _ := d.find(Finished, r1)
+	assert.Equal(t, 0, f0.Preemptions)
+	assert.Equal(t, 1, f1.Preemptions)
+	assert.Less(t, f0.At, f1.At)
+	// r1 had generated 33 tokens; its recompute prefills 32+33 = 65 tokens
+	// in one step, once r0 has finished (5 blocks do not fit beside r0's 5).
+	assert.Contains(t, d.tokens(), 65)
+	st := d.e.Stats()
+	assert.EqualValues(t, 1, st.Preemptions)
+	assert.EqualValues(t, 80, st.GeneratedTokens, "recompute does not generate twice")
+	assert.Zero(t, st.KVCacheUsage)
+	// Only one FirstToken per request, even after a recompute.
+	n := 0
+	for _, ev := range d.events {
+		if ev.Kind == FirstToken {
+			n++
+		}
+	}
+	assert.Equal(t, 2, n)
+}
+
+func TestPrefixCacheHit(t *testing.T) {
+	cases := []struct {
+		name        string
+		first, then *Request
+		wantCached  int
+	}{
+		{"partial last block", req(1, 100, 1), &Request{ID: 2, Blocks: blocks(1000, 7), BlockTokens: 16, PromptTokens: 100, OutputTokens: 1}, 96},
+		{"whole prompt cached keeps the last block to compute", req(1, 96, 1), &Request{ID: 2, Blocks: blocks(1000, 6), BlockTokens: 16, PromptTokens: 96, OutputTokens: 1}, 80},
+		{"shared first three blocks", req(1, 100, 1), &Request{ID: 2, Blocks: append(blocks(1000, 3), 7, 8, 9, 10), BlockTokens: 16, PromptTokens: 100, OutputTokens: 1}, 48},
+		{"different first block", req(1, 100, 1), &Request{ID: 2, Blocks: append([]uint64{5}, blocks(1001, 6)...), BlockTokens: 16, PromptTokens: 100, OutputTokens: 1}, 0},
+		{"one-block prompt", req(1, 16, 1), &Request{ID: 2, Blocks: blocks(1000, 1), BlockTokens: 16, PromptTokens: 16, OutputTokens: 1}, 0},
+		{
+			"512-token content blocks (Mooncake hash_ids)",
+			&Request{ID: 1, Blocks: []uint64{7, 8}, BlockTokens: 512, PromptTokens: 1000, OutputTokens: 1},
+			&Request{ID: 2, Blocks: []uint64{7, 8}, BlockTokens: 512, PromptTokens: 1000, OutputTokens: 1},
+			992,
+		},
+		{
+			"512-token blocks sharing the first",
+			&Request{ID: 1, Blocks: []uint64{7, 8}, BlockTokens: 512, PromptTokens: 1000, OutputTokens: 1},
+			&Request{ID: 2, Blocks: []uint64{7, 9}, BlockTokens: 512, PromptTokens: 1000, OutputTokens: 1},
+			512,
+		},
+		{
+			"tokens beyond the content blocks never hit",
+			&Request{ID: 1, Blocks: []uint64{7}, BlockTokens: 16, PromptTokens: 100, OutputTokens: 1},
+			&Request{ID: 2, Blocks: []uint64{7}, BlockTokens: 16, PromptTokens: 100, OutputTokens: 1},
+			16,
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := newDriver(unitConfig(2048, 8, 1000))
+			d.add(t, c.first)
+			d.drain(t)
+			assert.Equal(t, c.wantCached, d.e.PrefixHitTokens(c.then))
+			d.add(t, c.then)
+			d.drain(t)
+			f1, _ := d.find(FirstToken, c.first)
+			f2, _ := d.find(FirstToken, c.then)
+			assert.Equal(t, 0, f1.CachedTokens)
+			assert.Equal(t, c.wantCached, f2.CachedTokens)
+			// TTFT: 1 ms + computed tokens µs.
+			assert.Equal(t, time.Duration(1000+c.first.PromptTokens)*us, f1.At)
+			assert.Equal(t, time.Duration(1000+c.then.PromptTokens-c.wantCached)*us, f2.At-d.steps[1].start)
+			st := d.e.Stats()
+			assert.EqualValues(t, c.first.PromptTokens+c.then.PromptTokens, st.PrefixQueries)
+			assert.EqualValues(t, c.wantCached, st.PrefixHits)
+		})
+	}
+}
+
+func TestPrefixCachingDisabled(t *testing.T) {
+	cfg := unitConfig(2048, 8, 1000)
+	cfg.EnablePrefixCaching = false
+	d := newDriver(cfg)
+	d.add(t, req(1, 100, 1))
+	d.drain(t)
+	again := req(1, 100, 1)
+	assert.Zero(t, d.e.PrefixHitTokens(again))
+	d.add(t, again)
+	d.drain(t)
+	assert.Zero(t, d.e.Stats().PrefixHits)
+}
+
+func TestLRUEviction(t *testing.T) {
+	// 12 blocks. A, B, C (4 blocks each) run one after the other; then D
+	// (2 blocks) must evict. Free blocks are reused least recently freed
+	// first, and a request's blocks are freed tail first, so D evicts A's
+	// last two blocks: A keeps a 2-block prefix, B and C stay whole
+	// (capped at 3 blocks: the last prompt token is always computed).
+	d := newDriver(unitConfig(2048, 8, 12))
+	a, b, c := req(1, 64, 1), req(2, 64, 1), req(3, 64, 1)
+	for _, r := range []*Request{a, b, c} {
+		d.add(t, r)
+		d.drain(t)
+	}
+	for _, r := range []*Request{a, b, c} {
+		assert.Equal(t, 48, d.e.PrefixHitTokens(r))
+	}
+	assert.Zero(t, d.e.Stats().KVCacheUsage, "cached but unreferenced blocks count as free")
+	dd := req(4, 32, 1)
+	d.add(t, dd)
+	d.drain(t)
+	assert.Equal(t, 32, d.e.PrefixHitTokens(a))
+	assert.Equal(t, 48, d.e.PrefixHitTokens(b))
+	assert.Equal(t, 48, d.e.PrefixHitTokens(c))
+	assert.Equal(t, 16, d.e.PrefixHitTokens(dd))
+}
+
+func TestHitProtectsBlocksFromEviction(t *testing.T) {
+	// A hit takes the cached blocks off the free queue: while A' runs on
+	// A's blocks, another request cannot evict them.
+	d := newDriver(unitConfig(2048, 8, 7))
+	a := req(1, 64, 1)
+	d.add(t, a)
+	d.drain(t)
+	again := &Request{ID: 9, Blocks: a.Blocks[:4], BlockTokens: 16, PromptTokens: 56, OutputTokens: 5}
+	d.add(t, again)
+	require.True(t, d.step())
+	// again (56 tokens: A's first 3 full blocks and a partial one) holds
+	// 3 of A's cached blocks and one new block, enough for its 5 output
+	// tokens: 4 of 7 in use. A request needing exactly 3 blocks takes the
+	// 3 free ones, evicting A's 4th block but none of the 3 held by again.
+	assert.InDelta(t, 4.0/7, d.e.Stats().KVCacheUsage, 1e-9)
+	other := req(2, 48, 1)
+	d.add(t, other)
+	dur, ok := d.e.StartStep(d.now)
+	require.True(t, ok)
+	assert.InDelta(t, 1, d.e.Stats().KVCacheUsage, 1e-9, "other admitted")
+	assert.Equal(t, 48, d.e.PrefixHitTokens(a))
+	d.now += dur
+	d.events = d.e.FinishStep(d.now, d.events)
+	_, ok = d.find(Finished, other)
+	assert.True(t, ok)
+	d.drain(t)
+	assert.Equal(t, 48, d.e.PrefixHitTokens(a))
+}
+
+func TestAdapterInHash(t *testing.T) {
+	base := blocks(500, 7)
+	mk := func(id uint64, adapter string) *Request {
+		return &Request{ID: id, Blocks: base, BlockTokens: 16, PromptTokens: 100, OutputTokens: 1, Adapter: adapter}
+	}
+	cases := []struct {
+		name    string
+		first   string
+		then    string
+		wantHit int
+	}{
+		{"same adapter", "x", "x", 96},
+		{"adapter then base model", "x", "", 0},
+		{"base model then adapter", "", "x", 0},
+		{"different adapters", "x", "y", 0},
+		{"base model twice", "", "", 96},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := newDriver(unitConfig(2048, 8, 1000))
+			d.add(t, mk(1, c.first))
+			d.drain(t)
+			then := mk(2, c.then)
+			assert.Equal(t, c.wantHit, d.e.PrefixHitTokens(then))
+			d.add(t, then)
+			d.drain(t)
+			f, _ := d.find(FirstToken, then)
+			assert.Equal(t, c.wantHit, f.CachedTokens)
+		})
+	}
+}
+
+func TestLoRASlotsAndLoadTime(t *testing.T) {
+	withAdapter := func(id uint64, adapter string, output int) *Request {
+		r := req(id, 10, output)
+		r.Adapter = adapter
+		return r
+	}
+	t.Run("one slot: other adapters wait", func(t *testing.T) {
+		cfg := unitConfig(2048, 8, 1000)
+		cfg.MaxLoRAs = 1
+		cfg.MaxCPULoRAs = 2
+		cfg.LoRALoadTime = 40 * time.Millisecond
+		cfg.LoRASwapTime = 3 * time.Millisecond
+		d := newDriver(cfg)
+		r0, r1, r2 := withAdapter(1, "a", 3), withAdapter(2, "b", 2), withAdapter(3, "a", 3)
+		for _, r := range []*Request{r0, r1, r2} {
+			d.add(t, r)
+		}
+		require.True(t, d.step())
+		// r0 and r2 (adapter a) run; r1 (b) is skipped but keeps its place.
+		assert.Equal(t, 20, d.steps[0].tokens)
+		assert.Equal(t, 1000*us+20*us+40*time.Millisecond, d.steps[0].d, "load a from disk")
+		st := d.e.Stats()
+		assert.Equal(t, []string{"a"}, st.RunningAdapters)
+		assert.Equal(t, []string{"b"}, st.WaitingAdapters)
+		assert.Equal(t, 1, st.MaxLoRA)
+		require.True(t, d.step())
+		assert.Equal(t, 1002*us, d.steps[1].d, "a resident: no load")
+		require.True(t, d.step())
+		// Step 4: r1 runs alone, b loaded from disk.
+		require.True(t, d.step())
+		assert.Equal(t, 10, d.steps[3].tokens)
+		assert.Equal(t, 1010*us+40*time.Millisecond, d.steps[3].d)
+		d.drain(t)
+		// a is still in the CPU cache (2 entries): swapped back in.
+		r3 := withAdapter(4, "a", 1)
+		d.add(t, r3)
+		require.True(t, d.step())
+		assert.Equal(t, 1010*us+3*time.Millisecond, d.steps[len(d.steps)-1].d)
+		st = d.e.Stats()
+		assert.Empty(t, st.RunningAdapters)
+		assert.Empty(t, st.WaitingAdapters)
+	})
+	t.Run("two slots: both run, both load", func(t *testing.T) {
+		cfg := unitConfig(2048, 8, 1000)
+		cfg.MaxLoRAs = 2
+		d := newDriver(cfg)
+		d.add(t, withAdapter(1, "a", 1))
+		d.add(t, withAdapter(2, "b", 1))
+		d.add(t, withAdapter(3, "c", 1))
+		require.True(t, d.step())
+		assert.Equal(t, 20, d.steps[0].tokens)
+		assert.Equal(t, 1020*us+2*DefaultLoRALoadTime, d.steps[0].d)
+		d.drain(t)
+		assert.Len(t, d.steps, 2)
+	})
+	t.Run("base-model requests are never held back", func(t *testing.T) {
+		cfg := unitConfig(2048, 8, 1000)
+		d := newDriver(cfg)
+		d.add(t, withAdapter(1, "a", 1))
+		d.add(t, withAdapter(2, "b", 1))
+		d.add(t, req(3, 10, 1))
+		require.True(t, d.step())
+		assert.Equal(t, 20, d.steps[0].tokens)
+		assert.Equal(t, []string{"b"}, d.e.Stats().WaitingAdapters)
+	})
+}
+
+func TestReset(t *testing.T) {
+	d := newDriver(unitConfig(64, 8, 100))
+	rs := []*Request{req(1, 100, 5), req(2, 100, 5), req(3, 30, 5)}
+	for _, r := range rs {
+		d.add(t, r)
+	}
+	require.True(t, d.step())
+	require.True(t, d.step())
+	_, ok := d.e.StartStep(d.now)
+	require.True(t, ok)
+	assert.ElementsMatch(t, rs, d.e.InFlight(nil))
+
+	d.e.Reset()
+	assert.Empty(t, d.e.FinishStep(d.now, nil), "the planned step is dropped")
+	assert.True(t, d.e.Idle())
+	assert.Empty(t, d.e.InFlight(nil))
+	st := d.e.Stats()
+	assert.Equal(t, Stats{NumBlocks: 100, BlockSize: 16, MaxLoRA: 1}, st)
+	assert.Zero(t, d.e.PrefixHitTokens(rs[0]), "prefix cache emptied")
+
+	// The engine works after a restart.
+	d.events = d.events[:0]
+	r := req(7, 100, 2)
+	d.add(t, r)
+	d.drain(t)
+	_, ok = d.find(Finished, r)
+	assert.True(t, ok)
+	assert.Len(t, d.events, 2)
+}
+
+func TestAddErrors(t *testing.T) {
+	e := New(unitConfig(2048, 8, 10))
+	assert.ErrorIs(t, e.Add(0, &Request{PromptTokens: 0, OutputTokens: 1}), ErrInvalid)
+	assert.ErrorIs(t, e.Add(0, &Request{PromptTokens: 5, OutputTokens: 0}), ErrInvalid)
+	assert.ErrorIs(t, e.Add(0, &Request{PromptTokens: 150, OutputTokens: 11}), ErrTooLarge, "161 tokens need 11 blocks of 10")
+	assert.NoError(t, e.Add(0, &Request{PromptTokens: 150, OutputTokens: 10}))
+	assert.False(t, e.Idle())
+}
+
+func TestStartStepWithoutWork(t *testing.T) {
+	e := New(unitConfig(2048, 8, 10))
+	d, ok := e.StartStep(0)
+	assert.False(t, ok)
+	assert.Zero(t, d)
+	assert.Empty(t, e.FinishStep(0, nil))
+	require.NoError(t, e.Add(0, req(1, 10, 1)))
+	_, ok = e.StartStep(0)
+	require.True(t, ok)
+	assert.Panics(t, func() { e.StartStep(0) })
+}
+
+func TestConfigDefaults(t *testing.T) {
+	cases := []struct {
+		profile       string
+		budget, seqs  int
+		wantBlocksMin int
+	}{
+		{"h100-llama3-8b", 8192, 1024, 20000},
+		{"a100-llama3-8b", 2048, 256, 20000},
+		{"l4-llama3-8b", 2048, 256, 1000},
+		{"h100x4-llama3-70b", 8192, 1024, 20000},
+		{"a100x4-llama3-70b", 2048, 256, 20000},
+	}
+	for _, c := range cases {
+		t.Run(c.profile, func(t *testing.T) {
+			p, _ := ProfileByName(c.profile)
+			e := New(DefaultConfig(p))
+			cfg := e.Config()
+			assert.Equal(t, c.budget, cfg.MaxNumBatchedTokens)
+			assert.Equal(t, c.seqs, cfg.MaxNumSeqs)
+			assert.Equal(t, 16, cfg.BlockSize)
+			assert.InDelta(t, 0.9, cfg.GPUMemoryUtilization, 0)
+			assert.Equal(t, 1, cfg.MaxLoRAs)
+			assert.Equal(t, 1, cfg.MaxCPULoRAs)
+			assert.True(t, cfg.EnablePrefixCaching)
+			assert.Equal(t, p.NumBlocks(0.9, 16), cfg.NumBlocks)
+			assert.Greater(t, cfg.NumBlocks, c.wantBlocksMin)
+			assert.Equal(t, cfg.NumBlocks, e.Stats().NumBlocks)
+		})
+	}
+	assert.Panics(t, func() { New(Config{}) })
+}
+
+// randomWorkload builds n requests with shared prefixes, adapters and
+// mixed lengths from a seeded source.
+func randomWorkload(seed uint64, n int) ([]time.Duration, []*Request) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	at := make([]time.Duration, n)
+	rs := make([]*Request, n)
+	now := time.Duration(0)
+	adapters := []string{"", "", "a", "b", "c"}
+	for i := range rs {
+		now += time.Duration(rng.ExpFloat64() * float64(3*time.Millisecond))
+		at[i] = now
+		prompt := 16 + rng.IntN(900)
+		nb := (prompt + 63) / 64
+		bl := make([]uint64, nb)
+		sys := uint64(rng.IntN(4))
+		for j := range bl {
+			if j < 4 {
+				bl[j] = sys*100 + uint64(j) // shared system prompt
+			} else {
+				bl[j] = uint64(i)<<20 | uint64(j)
+			}
+		}
+		rs[i] = &Request{ID: uint64(i), Blocks: bl, BlockTokens: 64, PromptTokens: prompt, OutputTokens: 1 + rng.IntN(120), Adapter: adapters[rng.IntN(len(adapters))]}
+	}
+	return at, rs
+}
+
+func runOpen(t *testing.T, cfg Config, at []time.Duration, rs []*Request) *driver {
+	t.Helper()
+	d := newDriver(cfg)
+	next := 0
+	for next < len(rs) || !d.e.Idle() {
+		for next < len(rs) && at[next] <= d.now {
+			d.add(t, rs[next])
+			next++
+		}
+		if !d.step() {
+			require.Less(t, next, len(rs), "stuck with work")
+			d.now = at[next]
+		}
+	}
+	return d
+}
+
+func TestDeterminismAndInvariants(t *testing.T) {
+	cfg := unitConfig(512, 32, 300) // small cache: preemptions happen
+	cfg.Profile = unitProfile(true)
+	cfg.MaxLoRAs = 2
+	at, rs := randomWorkload(42, 400)
+	d1 := runOpen(t, cfg, at, rs)
+	d2 := runOpen(t, cfg, at, rs)
+	require.Equal(t, d1.events, d2.events)
+	require.Equal(t, d1.steps, d2.steps)
+
+	st := d1.e.Stats()
+	assert.Positive(t, st.Preemptions, "the workload must exercise preemption")
+	assert.Positive(t, st.PrefixHits, "and prefix hits")
+	first := map[*Request]time.Duration{}
+	fin := map[*Request]time.Duration{}
+	outputs := 0
+	for _, ev := range d1.events {
+		switch ev.Kind {
+		case FirstToken:
+			_, dup := first[ev.Req]
+			assert.False(t, dup, "one FirstToken per request")
+			first[ev.Req] = ev.At
+		case Finished:
+			_, dup := fin[ev.Req]
+			assert.False(t, dup, "one Finished per request")
+			fin[ev.Req] = ev.At
+		}
+	}
+	for i, r := range rs {
+		outputs += r.OutputTokens
+		require.Contains(t, fin, r)
+		assert.LessOrEqual(t, first[r], fin[r])
+		assert.Greater(t, first[r], at[i])
+	}
+	assert.EqualValues(t, outputs, st.GeneratedTokens)
+	for _, s := range d1.steps {
+		assert.LessOrEqual(t, s.tokens, 512)
+		assert.LessOrEqual(t, s.running, 32)
+	}
+	// Everything is released at the end.
+	assert.Equal(t, d1.e.pool.numBlocks, d1.e.pool.numFree)
+	assert.Zero(t, st.KVCacheUsage)
+	assert.Zero(t, st.Running)
+	assert.Zero(t, st.Waiting)
+}
+
+func TestSteadyStateDoesNotAllocate(t *testing.T) {
+	p, _ := ProfileByName("h100-llama3-8b")
+	e := New(DefaultConfig(p))
+	_, rs := randomWorkload(7, 64)
+	for _, r := range rs {
+		r.Adapter = ""
+	}
+	var out []Event
+	run := func() {
+		for _, r := range rs {
+			_ = e.Add(0, r)
+		}
+		now := time.Duration(0)
+		for {
+			d, ok := e.StartStep(now)
+			if !ok {
+				break
+			}
+			now += d
+			out = e.FinishStep(now, out[:0])
+		}
+	}
+	for range 20 { // warm up: seq structs, block tables, queues, event buffer
+		run()
+	}
+	assert.Zero(t, testing.AllocsPerRun(5, run))
+}
+
+func TestHashTable(t *testing.T) {
+	var h hashTable
+	h.init(64)
+	ref := map[uint64]int32{}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range 4000 {
+		k := rng.Uint64N(256) * 0x10 // clustered keys: long probe runs
+		if v, ok := ref[k]; ok && rng.IntN(2) == 0 {
+			h.remove(k, v)
+			delete(ref, k)
+		} else if !ok && len(ref) < 64 {
+			require.True(t, h.insert(k, int32(i)))
+			ref[k] = int32(i)
+		}
+		for k, v := range ref {
+			got, ok := h.get(k)
+			require.True(t, ok)
+			require.Equal(t, v, got)
+		}
+		_, ok := h.get(rng.Uint64N(256)*0x10 + 1)
+		require.False(t, ok)
+		for k := range ref {
+			require.False(t, h.insert(k, -5), "present keys are not inserted twice")
+			break
+		}
+	}
+}
+
+func TestEventKindString(t *testing.T) {
+	assert.Equal(t, "FirstToken", FirstToken.String())
+	assert.Equal(t, "Finished", Finished.String())
+	assert.Equal(t, "Preempted", Preempted.String())
+	assert.Equal(t, "EventKind(9)", EventKind(9).String())
+}
