@@ -231,27 +231,27 @@ func (f *SaturationFilter) saturation(ep *signals.Endpoint, in *Input) float64 {
 	return s
 }
 
-// Filter implements Filter.
+// Filter implements Filter. One pass: endpoints under every threshold are
+// compacted to the front while the least saturated one is remembered.
 func (f *SaturationFilter) Filter(_ context.Context, in *Input) []*signals.Endpoint {
-	best, bestSat := -1, math.Inf(1)
+	var best *signals.Endpoint
+	bestSat := math.Inf(1)
 	n := 0
-	for i, ep := range in.Endpoints {
+	for _, ep := range in.Endpoints {
 		s := f.saturation(ep, in)
-		if s < bestSat {
-			best, bestSat = i, s
+		if s < bestSat || best == nil {
+			best, bestSat = ep, s
 		}
 		if s < 1 {
+			in.Endpoints[n] = ep
 			n++
 		}
 	}
-	if n == 0 {
-		if best < 0 {
-			return in.Endpoints[:0]
-		}
-		in.Endpoints[0] = in.Endpoints[best]
-		return in.Endpoints[:1]
+	if n == 0 && best != nil {
+		in.Endpoints[0] = best
+		n = 1
 	}
-	return keep(in.Endpoints, func(ep *signals.Endpoint) bool { return f.saturation(ep, in) < 1 })
+	return in.Endpoints[:n]
 }
 
 // SubsetFilter restricts the candidates to a subset named in request

@@ -97,8 +97,14 @@ func (ep *Endpoint) MetricsAddress() string {
 // successful scrape. The snapshot must not be modified.
 func (ep *Endpoint) Metrics() *Metrics { return ep.metrics.Load() }
 
-// SetMetrics publishes a new snapshot atomically. It takes ownership of m.
-func (ep *Endpoint) SetMetrics(m *Metrics) { ep.metrics.Store(m) }
+// SetMetrics publishes a new snapshot atomically. It takes ownership of m,
+// which must not be modified afterwards. A nil m clears the snapshot.
+func (ep *Endpoint) SetMetrics(m *Metrics) {
+	if m != nil {
+		m.scrapedNanos = m.ScrapedAt.UnixNano()
+	}
+	ep.metrics.Store(m)
+}
 
 // Counters returns the endpoint's cumulative local accounting. A scraper
 // takes it just before sending a scrape request and stores it in
@@ -180,7 +186,7 @@ func (ep *Endpoint) corrected(field func(*Metrics) Reading, now time.Time, halfL
 		return local
 	}
 	scraped := max(clampNonNeg(r.Value)+ep.sinceScrape(m), 0)
-	return blend(scraped, local, Confidence(m.ScrapedAt, now, halfLife))
+	return blend(scraped, local, m.confidence(now.UnixNano(), halfLife))
 }
 
 // KVCacheUtilization returns the fraction of the endpoint's KV cache in use,
@@ -202,7 +208,7 @@ func (ep *Endpoint) KVCacheUtilization(now time.Time, halfLife time.Duration) (f
 	ct := float64(ep.completedTokens.Load()) - float64(m.Baseline.CompletedTokens)
 	scraped := clamp01(u + (dt-ct)/capTokens)
 	local := clamp01(float64(ep.InFlightTokens()) / capTokens)
-	return blend(scraped, local, Confidence(m.ScrapedAt, now, halfLife)), true
+	return blend(scraped, local, m.confidence(now.UnixNano(), halfLife)), true
 }
 
 // Residency says how ready an endpoint is to serve a LoRA adapter.

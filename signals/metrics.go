@@ -58,6 +58,22 @@ type Metrics struct {
 	BlockSize int
 	// NumBlocks is the number of GPU KV-cache blocks, 0 if unknown.
 	NumBlocks int
+
+	// scrapedNanos caches ScrapedAt.UnixNano(), set by Endpoint.SetMetrics:
+	// the pick path computes ages in integer nanoseconds.
+	scrapedNanos int64
+}
+
+// confidence is Confidence for a published snapshot, in integer time.
+func (m *Metrics) confidence(nowNanos int64, halfLife time.Duration) float64 {
+	if halfLife <= 0 {
+		return 1
+	}
+	age := nowNanos - m.scrapedNanos
+	if age <= 0 {
+		return 1
+	}
+	return exp2Neg(float64(age) / float64(halfLife))
 }
 
 // CapacityTokens returns the KV-cache capacity in tokens, or 0 when the
@@ -89,5 +105,20 @@ func Confidence(scrapedAt, now time.Time, halfLife time.Duration) float64 {
 	if age <= 0 {
 		return 1
 	}
-	return math.Exp2(-float64(age) / float64(halfLife))
+	return exp2Neg(float64(age) / float64(halfLife))
+}
+
+// exp2Neg returns 2^-x for x ≥ 0 to within 1e-4 relative error, several
+// times faster than math.Exp2: it runs once per candidate and signal on the
+// pick path, where a confidence needs three digits, not fifteen. The integer
+// part of x goes into the float's exponent; the fraction uses a cubic fit of
+// 2^-f on [0, 1) (least squares on relative error at 400 Chebyshev nodes).
+func exp2Neg(x float64) float64 {
+	if x >= 1022 || x != x {
+		return 0
+	}
+	i := int(x)
+	f := x - float64(i)
+	p := 1 + f*(-0.6915303950882945+f*(0.23099685033003095+f*-0.03950867488933925))
+	return p * math.Float64frombits(uint64(1023-i)<<52)
 }

@@ -42,7 +42,7 @@ func TestConfidence(t *testing.T) {
 		{100 * time.Millisecond, 0.5},
 		{300 * time.Millisecond, 0.125},
 	} {
-		assert.InDelta(t, tt.want, signals.Confidence(t0, t0.Add(tt.age), hl), 1e-12, "age %v", tt.age)
+		assert.InEpsilon(t, tt.want, signals.Confidence(t0, t0.Add(tt.age), hl), 1e-4, "age %v", tt.age)
 	}
 	assert.Equal(t, 1.0, signals.Confidence(t0, t0.Add(time.Hour), 0), "no half-life: never ages")
 }

@@ -212,6 +212,19 @@ func (ix *Index) Stats() IndexStats {
 	return s
 }
 
+// Entries returns the number of blocks recorded for ep, 0 when ep is unknown
+// or its generation changed since they were recorded. It takes the read
+// lock.
+func (ix *Index) Entries(ep *signals.Endpoint) int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	st := ix.eps[ep]
+	if st == nil || st.gen != ep.Generation() {
+		return 0
+	}
+	return st.lru.Len()
+}
+
 // MemoryBytes returns the estimated memory held by the index (Stats().Bytes).
 func (ix *Index) MemoryBytes() int64 { return ix.Stats().Bytes }
 
