@@ -29,7 +29,11 @@ func NewPicker(name string, cfg picker.Config, env Env, opts ...picker.Option) (
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	all := append(libraryOptions(env), picker.WithLogger(logger))
+	all, err := libraryOptions(cfg, env)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", name, err)
+	}
+	all = append(all, picker.WithLogger(logger))
 	if env.Clock != nil {
 		all = append(all, picker.WithClock(env.Clock))
 	}

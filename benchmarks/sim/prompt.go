@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"math/rand/v2"
-
 	"github.com/inferroute/inferroute/signals/prefix"
 )
 
@@ -13,9 +11,7 @@ import (
 // is exactly four hash blocks.
 const BytesPerToken = 4
 
-// words are the vocabulary of the synthetic prompt text. Only its
-// determinism matters: equal content block ids give equal text, different
-// ids give different text.
+// words are the vocabulary of the synthetic prompt text.
 var words = [...]string{
 	"the", "model", "router", "token", "cache", "prefix", "query", "answer",
 	"system", "user", "a", "of", "to", "and", "in", "is", "that", "for",
@@ -27,62 +23,80 @@ var words = [...]string{
 	"output", "context", "prompt", "tool",
 }
 
-// promptText materialises deterministic synthetic text per content block id
-// and hashes a request's blocks with the library's own prefix hasher, so the
-// real prefix index sees realistic chained hashes. Texts are cached per
-// block id in a map bounded by maxBytes; when the bound is reached the map is
-// dropped and refilled (the text is cheap to regenerate; hashing stays the
-// main cost). Not safe for concurrent use.
+// corpusBytes is the size of the pseudo-word corpus blocks are cut from.
+const corpusBytes = 1 << 18
+
+// corpus is 256 KB of pseudo-words drawn from words by a SplitMix64 stream
+// with a fixed seed.
+var corpus = func() []byte {
+	c := make([]byte, 0, corpusBytes+16)
+	x := uint64(0x636f_7270_7573) // "corpus"
+	for len(c) < corpusBytes {
+		x++
+		c = append(c, words[splitmix64(x)%uint64(len(words))]...)
+		c = append(c, ' ')
+	}
+	return c[:corpusBytes]
+}()
+
+// tagLen is the length of the id tag that starts every block's text.
+const tagLen = 16
+
+// splitmix64 is the output function of Vigna's SplitMix64 generator
+// (https://prng.di.unimi.it/splitmix64.c): a bijection on uint64 with good
+// avalanche.
+func splitmix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// appendBlockText appends n bytes of the synthetic text of content block id
+// to dst. The text is a 16-letter tag spelling h = splitmix64(id) in the
+// letters a–p (one per 4 bits, so distinct ids always have distinct text,
+// splitmix64 being a bijection), followed by the corpus from an offset
+// chosen by h. The text of a block does not depend on n beyond its length,
+// so a partial last block is a prefix of the full one. Generating it costs a
+// hash and a copy, less than hashing it, so hashing the prompt stays the
+// main cost as in a gateway.
+func appendBlockText(dst []byte, id uint64, n int) []byte {
+	if n <= 0 {
+		return dst
+	}
+	h := splitmix64(id)
+	var tag [tagLen]byte
+	for i := range tag {
+		tag[i] = 'a' + byte(h>>(4*i))&0xf
+	}
+	if n <= tagLen {
+		return append(dst, tag[:n]...)
+	}
+	dst = append(dst, tag[:]...)
+	// The corpus is read cyclically from the offset, so the offset does not
+	// depend on n.
+	off := int(splitmix64(h) % corpusBytes)
+	for rest := n - tagLen; rest > 0; off = 0 {
+		k := min(rest, corpusBytes-off)
+		dst = append(dst, corpus[off:off+k]...)
+		rest -= k
+	}
+	return dst
+}
+
+// promptText materialises the deterministic synthetic text of a request's
+// content blocks and hashes it with the library's own prefix hasher, so the
+// real prefix index sees realistic chained hashes. A block's text is cut
+// from a shared corpus (appendBlockText), which is cheaper than looking it
+// up in a per-block cache, so nothing is cached per block. Not safe for
+// concurrent use.
 type promptText struct {
-	hasher   *prefix.Hasher
-	cache    map[blockKey][]byte
-	bytes    int
-	maxBytes int
-	buf      []byte
+	hasher *prefix.Hasher
+	buf    []byte
 }
 
-type blockKey struct {
-	id     uint64
-	tokens int
-}
-
-func newPromptText(maxBytes int) *promptText {
-	if maxBytes <= 0 {
-		maxBytes = 64 << 20
-	}
-	return &promptText{
-		hasher:   prefix.NewHasher(prefix.HashConfig{}),
-		cache:    make(map[blockKey][]byte),
-		maxBytes: maxBytes,
-	}
-}
-
-// block returns the synthetic text of content block id, blockTokens tokens
-// long. The slice is owned by the cache and must not be modified.
-func (p *promptText) block(id uint64, blockTokens int) []byte {
-	k := blockKey{id, blockTokens}
-	if t, ok := p.cache[k]; ok {
-		return t
-	}
-	t := blockText(id, blockTokens*BytesPerToken)
-	if p.bytes+len(t) > p.maxBytes {
-		clear(p.cache)
-		p.bytes = 0
-	}
-	p.cache[k] = t
-	p.bytes += len(t)
-	return t
-}
-
-// blockText returns n bytes of pseudo-words drawn from a PCG seeded by id.
-func blockText(id uint64, n int) []byte {
-	r := rand.New(rand.NewPCG(id, 0x5eed_b10c_7e47))
-	t := make([]byte, 0, n+16)
-	for len(t) < n {
-		t = append(t, words[r.IntN(len(words))]...)
-		t = append(t, ' ')
-	}
-	return t[:n]
+func newPromptText() *promptText {
+	return &promptText{hasher: prefix.NewHasher(prefix.HashConfig{})}
 }
 
 // hash appends to dst the chained block hashes of the prompt made of the
@@ -92,12 +106,17 @@ func (p *promptText) hash(dst []uint64, model, adapter string, blocks []uint64, 
 	if len(blocks) == 0 || blockTokens <= 0 {
 		return dst
 	}
+	size := blockTokens * BytesPerToken
+	total := len(blocks) * size
+	if n := promptTokens * BytesPerToken; n > 0 && n < total {
+		total = n
+	}
 	p.buf = p.buf[:0]
 	for _, id := range blocks {
-		p.buf = append(p.buf, p.block(id, blockTokens)...)
-	}
-	if n := promptTokens * BytesPerToken; n > 0 && n < len(p.buf) {
-		p.buf = p.buf[:n]
+		p.buf = appendBlockText(p.buf, id, min(size, total-len(p.buf)))
+		if len(p.buf) >= total {
+			break
+		}
 	}
 	return p.hasher.HashText(dst, model, adapter, p.buf)
 }

@@ -66,9 +66,6 @@ type Config struct {
 	// finished by then count as failed. 0 means the last arrival plus one
 	// hour.
 	MaxVirtualTime time.Duration
-	// TextCacheBytes bounds the synthetic prompt text cached per content
-	// block; 0 means 64 MiB.
-	TextCacheBytes int
 	// Logger receives diagnostics and is handed to the policy; nil means
 	// discard.
 	Logger *slog.Logger
@@ -127,8 +124,8 @@ type flight struct {
 }
 
 // Sim runs simulations. A Sim is not safe for concurrent use: run several
-// simulations in parallel with one Sim each. It caches synthetic prompt text
-// across runs.
+// simulations in parallel with one Sim each. It reuses its buffers across
+// runs.
 type Sim struct {
 	text *promptText
 
@@ -191,6 +188,9 @@ func (s *Sim) Run(ctx context.Context, cfg Config, w *workload.Workload, f polic
 	if len(cfg.Pods) == 0 {
 		return Metrics{}, ErrNoPods
 	}
+	if err := ctx.Err(); err != nil {
+		return Metrics{}, err
+	}
 	if cfg.Model == "" {
 		cfg.Model = DefaultModel
 	}
@@ -207,8 +207,8 @@ func (s *Sim) Run(ctx context.Context, cfg Config, w *workload.Workload, f polic
 		}
 		cfg.MaxVirtualTime = last + time.Hour
 	}
-	if s.text == nil || s.text.maxBytes != cfg.TextCacheBytes && cfg.TextCacheBytes > 0 {
-		s.text = newPromptText(cfg.TextCacheBytes)
+	if s.text == nil {
+		s.text = newPromptText()
 	}
 	s.reset(cfg, w)
 
