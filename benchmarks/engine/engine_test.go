@@ -262,6 +262,25 @@ func TestPrefixCacheHit(t *testing.T) {
 			512,
 		},
 		{
+			"24-token content blocks, all shared",
+			&Request{ID: 1, Blocks: []uint64{1, 2, 3, 4, 5}, BlockTokens: 24, PromptTokens: 120, OutputTokens: 1},
+			&Request{ID: 2, Blocks: []uint64{1, 2, 3, 4, 5}, BlockTokens: 24, PromptTokens: 120, OutputTokens: 1},
+			112,
+		},
+		{
+			// KV block 1 (tokens 16-31) spans content blocks 0 and 1.
+			"24-token content blocks, second differs",
+			&Request{ID: 1, Blocks: []uint64{1, 2, 3, 4, 5}, BlockTokens: 24, PromptTokens: 120, OutputTokens: 1},
+			&Request{ID: 2, Blocks: []uint64{1, 9, 3, 4, 5}, BlockTokens: 24, PromptTokens: 120, OutputTokens: 1},
+			16,
+		},
+		{
+			"24-token content blocks, third differs",
+			&Request{ID: 1, Blocks: []uint64{1, 2, 3, 4, 5}, BlockTokens: 24, PromptTokens: 120, OutputTokens: 1},
+			&Request{ID: 2, Blocks: []uint64{1, 2, 9, 4, 5}, BlockTokens: 24, PromptTokens: 120, OutputTokens: 1},
+			48,
+		},
+		{
 			"tokens beyond the content blocks never hit",
 			&Request{ID: 1, Blocks: []uint64{7}, BlockTokens: 16, PromptTokens: 100, OutputTokens: 1},
 			&Request{ID: 2, Blocks: []uint64{7}, BlockTokens: 16, PromptTokens: 100, OutputTokens: 1},

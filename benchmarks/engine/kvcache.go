@@ -1,5 +1,7 @@
 package engine
 
+import "math/bits"
+
 // This file is the paged KV cache with automatic prefix caching, after
 // vLLM V1's KV cache manager (vllm/v1/core/kv_cache_manager.py,
 // vllm/v1/core/block_pool.py, vllm/v1/core/kv_cache_utils.py):
@@ -220,7 +222,14 @@ func mix64(x uint64) uint64 {
 	return x
 }
 
-func chain(h, x uint64) uint64 { return mix64(h ^ mix64(x+0x9e3779b97f4a7c15)) }
+// chain extends hash h with value x: one SplitMix64 round over the
+// rotated parent hash xor the golden-ratio-scaled value.
+func chain(h, x uint64) uint64 {
+	return mix64(bits.RotateLeft64(h, 23) ^ (x * 0x9e3779b97f4a7c15))
+}
+
+// blockKey combines a content-block id and a KV block's token offset in it.
+func blockKey(id uint64, off int) uint64 { return id ^ uint64(off)*0xd6e8feb86659fd93 }
 
 // adapterSeed mixes a LoRA adapter name into the root of the hash chain
 // (FNV-1a over the name), so equal text under different adapters never
@@ -236,8 +245,10 @@ func adapterSeed(name string) uint64 {
 
 // hashPrompt fills s.hashes with the hash chain of the full KV blocks of
 // the prompt that lie inside its content blocks. KV block j covers tokens
-// [j·bs, (j+1)·bs); its hash chains the previous hash, the ids of the
-// content blocks it overlaps and its offset in the first of them.
+// [j·bs, (j+1)·bs); its hash chains the previous hash with the ids of the
+// content blocks it overlaps and its offset in the first of them, so it
+// identifies the whole prefix up to it (and, through the root, the
+// adapter), as vLLM's hash_block_tokens does with token ids.
 func (e *Engine) hashPrompt(s *seq) {
 	s.hashes = s.hashes[:0]
 	if !e.cfg.EnablePrefixCaching {
@@ -254,11 +265,25 @@ func (e *Engine) hashPrompt(s *seq) {
 	if r.Adapter != "" {
 		h = adapterSeed(r.Adapter)
 	}
-	for j := 0; (j+1)*bs <= covered; j++ {
+	full := covered / bs
+	if bt%bs == 0 {
+		// Fast path: every KV block lies inside one content block.
+		per := bt / bs
+		for j := 0; j < full; {
+			id := r.Blocks[j/per]
+			for off := j % per; off < per && j < full; off++ {
+				h = chain(h, blockKey(id, off*bs))
+				s.hashes = append(s.hashes, h)
+				j++
+			}
+		}
+		return
+	}
+	for j := range full {
 		first := j * bs / bt
 		last := ((j+1)*bs - 1) / bt
-		h = chain(h, uint64(j*bs-first*bt))
-		for c := first; c <= last; c++ {
+		h = chain(h, blockKey(r.Blocks[first], j*bs-first*bt))
+		for c := first + 1; c <= last; c++ {
 			h = chain(h, r.Blocks[c])
 		}
 		s.hashes = append(s.hashes, h)
