@@ -1,0 +1,251 @@
+package router
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inferroute/inferroute/signals"
+	"github.com/inferroute/inferroute/signals/prefix"
+)
+
+// fixtures is shared/fixtures/openai, beside the checkout.
+const fixtures = "../../shared/fixtures/openai"
+
+func fixture(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(fixtures, name))
+	require.NoError(t, err)
+	return b
+}
+
+func TestParseRequestFixtures(t *testing.T) {
+	tests := []struct {
+		name, path, file string
+		want             Parsed
+	}{
+		{"chat", "/v1/chat/completions", "openai-api/chat-completions.request.json",
+			Parsed{Kind: KindChat, JSON: true, Model: "gpt-5-nano"}},
+		{"chat stream with usage", "/v1/chat/completions", "openai-api/chat-completions-stream-include-usage.request.json",
+			Parsed{Kind: KindChat, JSON: true, Model: "gpt-5-nano", Stream: true, IncludeUsage: true, MaxOutputTokens: 100}},
+		{"completions token ids", "/v1/completions", "openai-api/completions-prompt-token-array.request.json",
+			Parsed{Kind: KindCompletions, JSON: true, Model: "babbage-002", MaxOutputTokens: 25}},
+		{"embeddings batch", "/v1/embeddings", "openai-api/embeddings-string-array.request.json",
+			Parsed{Kind: KindEmbeddings, JSON: true, Model: "text-embedding-3-small"}},
+		{"responses", "/v1/responses", "llm-d-inference-sim/responses.request.json",
+			Parsed{Kind: KindResponses, JSON: true, Model: "meta-llama/Llama-3.1-8B-Instruct"}},
+		{"lora", "/v1/chat/completions", "llm-d-inference-sim/chat-completions-lora.request.json",
+			Parsed{Kind: KindChat, JSON: true, Model: "chat-lora", MaxOutputTokens: 20}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseRequest(tc.path, nil, fixture(t, tc.file), ParseOptions{})
+			require.NoError(t, err)
+			got.modelStart, got.modelEnd = 0, 0
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestParseRequestFields(t *testing.T) {
+	tests := []struct {
+		name   string
+		body   string
+		header http.Header
+		want   Parsed
+	}{
+		{"empty body is not JSON", "", nil, Parsed{Kind: KindChat}},
+		{"text body is not JSON", "hello", nil, Parsed{Kind: KindChat}},
+		{"no model", `{"messages":[]}`, nil, Parsed{Kind: KindChat, JSON: true}},
+		{"escaped model", `{"model":"a\"b\u00e9"}`, nil, Parsed{Kind: KindChat, JSON: true, Model: `a"bé`}},
+		{"escaped quote before key", `{"x":"\\","model":"m"}`, nil, Parsed{Kind: KindChat, JSON: true, Model: "m"}},
+		{"stream false", `{"model":"m","stream":false}`, nil, Parsed{Kind: KindChat, JSON: true, Model: "m"}},
+		{"max_completion_tokens wins", `{"max_completion_tokens":7,"max_tokens":9}`, nil,
+			Parsed{Kind: KindChat, JSON: true, MaxOutputTokens: 7}},
+		{"max_tokens after max_completion_tokens", `{"max_tokens":9,"max_completion_tokens":7}`, nil,
+			Parsed{Kind: KindChat, JSON: true, MaxOutputTokens: 7}},
+		{"null max_tokens", `{"max_tokens":null}`, nil, Parsed{Kind: KindChat, JSON: true}},
+		{"user is the session", `{"user":"u1","safety_identifier":"s1"}`, nil,
+			Parsed{Kind: KindChat, JSON: true, SessionKey: "u1"}},
+		{"prompt_cache_key before user", `{"user":"u1","prompt_cache_key":"k1"}`, nil,
+			Parsed{Kind: KindChat, JSON: true, SessionKey: "k1"}},
+		{"headers", `{"user":"u1"}`, http.Header{
+			"X-Session-Id": {"h1"}, "X-Inferroute-Priority": {"-2"}, "X-Request-Id": {"r1"},
+			"X-Slo-Ttft-Ms": {"250"}, "X-Slo-Tpot-Ms": {"20"},
+		}, Parsed{Kind: KindChat, JSON: true, SessionKey: "h1", Priority: -2, RequestID: "r1",
+			SLO: signals.SLO{TTFT: 250 * time.Millisecond, TPOT: 20 * time.Millisecond}}},
+		{"whitespace around", " \n{ \"model\" : \"m\" , \"stream\" : true }\n", nil,
+			Parsed{Kind: KindChat, JSON: true, Model: "m", Stream: true}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseRequest("/v1/chat/completions", tc.header, []byte(tc.body), ParseOptions{})
+			require.NoError(t, err)
+			got.modelStart, got.modelEnd = 0, 0
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestParseRequestErrors(t *testing.T) {
+	tests := []struct {
+		name, body string
+		header     http.Header
+		param      string
+	}{
+		{"truncated", `{"model":"m","messages":[`, nil, ""},
+		{"unterminated string", `{"model":"m`, nil, ""},
+		{"trailing data", `{"model":"m"} {}`, nil, ""},
+		{"missing colon", `{"model" "m"}`, nil, ""},
+		{"bad literal", `{"stream":tru}`, nil, ""},
+		{"model not a string", `{"model":42}`, nil, "model"},
+		{"stream not a bool", `{"stream":"yes"}`, nil, "stream"},
+		{"negative max_tokens", `{"max_tokens":-1}`, nil, "max_tokens"},
+		{"fractional max_tokens", `{"max_tokens":1.5}`, nil, "max_tokens"},
+		{"deep nesting", `{"x":` + strings.Repeat("[", 300) + strings.Repeat("]", 300) + `}`, nil, ""},
+		{"bad priority", `{}`, http.Header{"X-Inferroute-Priority": {"high"}}, ""},
+		{"bad SLO", `{}`, http.Header{"X-Slo-Ttft-Ms": {"-5"}}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseRequest("/v1/chat/completions", tc.header, []byte(tc.body), ParseOptions{})
+			require.ErrorIs(t, err, ErrMalformed)
+			assert.Equal(t, tc.param, param(err))
+			assert.Equal(t, 400, errorFor(err, 0).Status)
+		})
+	}
+}
+
+func TestKindOf(t *testing.T) {
+	tests := map[string]Kind{
+		"/v1/chat/completions":  KindChat,
+		"/v1/chat/completions/": KindChat,
+		"/v1/completions":       KindCompletions,
+		"/v1/embeddings":        KindEmbeddings,
+		"/v1/responses":         KindResponses,
+		"/v1/models":            KindModels,
+		"/health":               KindOther,
+		"/chat/completions":     KindOther,
+	}
+	for path, want := range tests {
+		t.Run(path, func(t *testing.T) {
+			assert.Equal(t, want, KindOf(path))
+		})
+	}
+}
+
+func TestRewriteModel(t *testing.T) {
+	body := []byte(`{"messages":[{"role":"user","content":"hi \"model\""}],"model":"alias","stream":true}`)
+	p, err := ParseRequest("/v1/chat/completions", nil, body, ParseOptions{})
+	require.NoError(t, err)
+	got := p.RewriteModel(body, `served/"x"`)
+	assert.Equal(t, `{"messages":[{"role":"user","content":"hi \"model\""}],"model":"served/\"x\"","stream":true}`, string(got))
+	assert.Equal(t, `{"messages":[{"role":"user","content":"hi \"model\""}],"model":"alias","stream":true}`, string(body),
+		"the original body is untouched")
+	assert.Same(t, &body[0], &p.RewriteModel(body, "alias")[0], "no rewrite to the same name")
+}
+
+func TestPrepare(t *testing.T) {
+	h := prefix.NewHasher(prefix.HashConfig{})
+	text := strings.Repeat("0123456789abcdef", 16) // 256 bytes: 4 blocks of 64, 64 tokens at chars/4
+	tests := []struct {
+		name       string
+		body       string
+		rt         Route
+		wantTokens int
+		wantBlocks []uint64
+	}{
+		{"prompt string", `{"model":"m","prompt":"` + text + `"}`, Route{Model: "m"}, 64,
+			h.HashText(nil, "m", "", []byte(text))},
+		{"adapter seeds the hashes", `{"model":"sql","prompt":"` + text + `"}`, Route{Model: "base", Adapter: "sql"}, 64,
+			h.HashText(nil, "base", "sql", []byte(text))},
+		{"token ids count exactly", string(fixture(t, "openai-api/completions-prompt-token-array.request.json")),
+			Route{Model: "babbage-002"}, 31, nil},
+		{"no prompt", `{"model":"m"}`, Route{Model: "m"}, 0, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			body := []byte(tc.body)
+			hdr := http.Header{"X-Slo-Ttft-Ms": {"100"}}
+			p, err := ParseRequest("/v1/completions", hdr, body, ParseOptions{})
+			require.NoError(t, err)
+			var req signals.Request
+			require.NoError(t, Prepare(&req, &p, tc.rt, body, hdr, h, nil))
+			assert.Equal(t, tc.rt.Model, req.Model)
+			assert.Equal(t, tc.rt.Adapter, req.Adapter)
+			assert.Equal(t, tc.wantTokens, req.PromptTokens)
+			assert.Equal(t, 100*time.Millisecond, req.SLO.TTFT)
+			if tc.wantBlocks != nil {
+				assert.Equal(t, tc.wantBlocks, req.PromptBlocks)
+			}
+			if tc.name == "token ids count exactly" {
+				assert.Len(t, req.PromptBlocks, 1, "31 ids make one full block of 16")
+			}
+		})
+	}
+}
+
+func TestParseUsage(t *testing.T) {
+	lastChunk := func(file string) []byte {
+		var last []byte
+		for _, line := range strings.Split(string(fixture(t, file)), "\n") {
+			if p, ok := sseData([]byte(line)); ok && strings.Contains(string(p), `"usage":{`) {
+				last = p
+			}
+		}
+		return last
+	}
+	tests := []struct {
+		name string
+		obj  []byte
+		want usage
+		ok   bool
+	}{
+		{"chat response", fixture(t, "openai-api/chat-completions.response.json"), usage{prompt: 8, completion: 377}, true},
+		{"responses API", fixture(t, "llm-d-inference-sim/responses.response.json"), usage{prompt: 7, completion: 53}, true},
+		{"SSE last chunk", lastChunk("llm-d-inference-sim/chat-completions-lora-stream.response.sse"), usage{prompt: 26, completion: 7}, true},
+		{"OpenAI SSE last chunk", lastChunk("openai-api/chat-completions-stream-include-usage.response.sse"), usage{prompt: 12, completion: 100}, true},
+		{"cached tokens", []byte(`{"usage":{"prompt_tokens":100,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":64}}}`),
+			usage{prompt: 100, cached: 64, completion: 3}, true},
+		{"responses stream completed event", []byte(`{"type":"response.completed","response":{"usage":{"input_tokens":5,"output_tokens":2,"input_tokens_details":{"cached_tokens":1}}}}`),
+			usage{prompt: 5, cached: 1, completion: 2}, true},
+		{"null usage", []byte(`{"usage":null,"choices":[]}`), usage{}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NotEmpty(t, tc.obj)
+			got, ok := parseUsage(tc.obj)
+			assert.Equal(t, tc.ok, ok)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestRewriteModelField(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"chunk", `{"id":"c","model":"served","choices":[{"delta":{"content":"model"}}]}`,
+			`{"id":"c","model":"alias","choices":[{"delta":{"content":"model"}}]}`},
+		{"nested model untouched", `{"response":{"model":"served"}}`, `{"response":{"model":"served"}}`},
+		{"no model", `{"id":"c"}`, `{"id":"c"}`},
+		{"not JSON", `[DONE]`, `[DONE]`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, string(rewriteModelField([]byte(tc.in), "alias")))
+		})
+	}
+}
+
+func TestAPIErrorJSON(t *testing.T) {
+	e := &APIError{Message: "The model `x` does not exist.", Type: "invalid_request_error", Param: "model", Code: "model_not_found"}
+	assert.JSONEq(t, `{"error":{"message":"The model `+"`x`"+` does not exist.","type":"invalid_request_error","param":"model","code":"model_not_found"}}`,
+		string(e.AppendJSON(nil)))
+	e = &APIError{Message: "a \"quoted\"\n", Type: "server_error"}
+	assert.JSONEq(t, `{"error":{"message":"a \"quoted\"\n","type":"server_error","param":null,"code":null}}`, string(e.AppendJSON(nil)))
+}
