@@ -191,10 +191,6 @@ const (
 	l4PeakTFLOPS      = 121
 	rtx4090GBs        = 1008
 	l4GBs             = 300
-	// a100PeakTFLOPS and h100PeakTFLOPS: dense BF16 peaks of the A100 SXM
-	// and H100 SXM datasheets.
-	a100PeakTFLOPS = 312
-	h100PeakTFLOPS = 989
 
 	// a100_8bFloorUS/a100_8bPerTokUS: Vidur A100 Meta-Llama-3-8B TP1
 	// (vidur_a100_meta-llama_Meta-Llama-3-8B_mlp.csv), sum of the
@@ -272,8 +268,12 @@ func rtx4090Llama3_8B() Profile {
 // RTX 4090 (AD104 vs AD102), so the RTX 4090 measurements are scaled with
 // the same efficiency: weight- and KV-read (memory-bound) terms by the
 // bandwidth ratio 1008/300 GB/s, compute-bound terms (dense slope,
-// prefill attention) by the BF16 peak ratio 165.2/121 TFLOPS. The L4's
-// 72 W power cap may lower sustained compute further; not modelled.
+// prefill attention) by the BF16 peak ratio 165.2/121 TFLOPS. The same
+// datasheet scaling applied across architectures (RTX 4090 → A100) would
+// make the A100's GEMMs 22% (floor) and 32% (slope) faster than Vidur
+// measures, so these L4 numbers are likely optimistic; the L4's 72 W power
+// cap may lower sustained compute further. Estimates, no L4 measurement
+// is available in ../shared/perf.
 func l4Llama3_8B() Profile {
 	mem := float64(rtx4090GBs) / l4GBs
 	flops := rtx4090PeakTFLOPS / l4PeakTFLOPS
@@ -295,8 +295,11 @@ func l4Llama3_8B() Profile {
 // measurements scaled by the ratio of measured dense floors (both read
 // the same 436 MB per layer, so the ratio is the effective bandwidth
 // ratio, 303.0/475.6); prefill attention is the RTX 4090 measurement
-// scaled by the BF16 peak ratio 165.2/312 (same attention efficiency
-// assumed). Estimates except the dense terms.
+// scaled by the ratio of measured dense slopes (2.164/2.763 µs per token
+// per layer: the GPUs' achieved compute ratio, assumed to hold for the
+// attention kernels too). Scaling by the datasheet peaks instead
+// (165.2/312) would be 32% faster than Vidur measures for the GEMMs, so
+// measured ratios are preferred. Estimates except the dense terms.
 func a100Llama3_8B() Profile {
 	bw := a100_8bFloorUS / rtx4090FloorUS
 	p := llama3_8B("a100-llama3-8b", "A100-SXM 80GB")
@@ -306,7 +309,7 @@ func a100Llama3_8B() Profile {
 	p.OverheadUS = cpuOverheadUS + rtx4090LMHeadUS*bw + samplerUS
 	p.DenseFloorUS = a100_8bFloorUS
 	p.DensePerTokenUS = a100_8bPerTokUS
-	p.PrefillAttnNS = rtx4090PrefillAttnNS * rtx4090PeakTFLOPS / a100PeakTFLOPS
+	p.PrefillAttnNS = rtx4090PrefillAttnNS * a100_8bPerTokUS / rtx4090PerTokUS
 	p.DecodeAttnNS = rtx4090DecodeAttnNS * bw
 	p.PerSampleUS = rtx4090PerSampleUS * bw
 	return p
@@ -315,7 +318,7 @@ func a100Llama3_8B() Profile {
 // h100Llama3_8B: dense terms from Vidur H100 Llama-2-7B scaled to
 // Llama-3-8B's layer size (llama3Over2); the other terms scaled from the
 // RTX 4090 measurements as for the A100 (bandwidth by the measured dense
-// floor ratio, attention compute by the BF16 peak ratio 165.2/989).
+// floor ratio, attention compute by the measured dense slope ratio).
 func h100Llama3_8B() Profile {
 	floor := h100_7bFloorUS * llama3Over2
 	bw := floor / rtx4090FloorUS
@@ -326,7 +329,7 @@ func h100Llama3_8B() Profile {
 	p.OverheadUS = cpuOverheadUS + rtx4090LMHeadUS*bw + samplerUS
 	p.DenseFloorUS = floor
 	p.DensePerTokenUS = h100_7bPerTokUS * llama3Over2
-	p.PrefillAttnNS = rtx4090PrefillAttnNS * rtx4090PeakTFLOPS / h100PeakTFLOPS
+	p.PrefillAttnNS = rtx4090PrefillAttnNS * p.DensePerTokenUS / rtx4090PerTokUS
 	p.DecodeAttnNS = rtx4090DecodeAttnNS * bw
 	p.PerSampleUS = rtx4090PerSampleUS * bw
 	return p
@@ -350,10 +353,10 @@ func h100Llama3_8B() Profile {
 // A100: fitted over 128…2048 (budget 2048). Fitting PrefillAttnNS too
 // drives it to zero, which is not physical, so it is fixed at the RTX 4090
 // attention measurement scaled to a 70B TP4 shard (80 layers × 8192 FLOP
-// per pair per GPU against 32 × 16384: ×1.25) and to the A100's BF16
-// peak (×165.2/312): 2.50 ns (estimate). Relative errors −14.5, −1.0,
-// −0.9, −1.2, +7.8 % for 128…2048 (and −11, −25 % at 4096 and 8192, which
-// chunked prefill never runs as one step).
+// per pair per GPU against 32 × 16384: ×1.25) and to the A100 as for
+// a100-llama3-8b (×2.164/2.763): 3.70 ns (estimate). Relative errors
+// −14.7, −1.1, −1.0, −1.2, +8.1 % for 128…2048 (and −11, −24 % at 4096
+// and 8192, which chunked prefill never runs as one step).
 func llama3_70B(name, gpu string) Profile {
 	return Profile{
 		Name: name, GPU: gpu, Model: "Llama-3-70B", TP: 4, Layers: 80,
@@ -376,9 +379,9 @@ func a100x4Llama3_70B() Profile {
 	p.DenseFloorUS = 311.0
 	p.DensePerTokenUS = 4263.5 / 2048
 	p.OverheadUS = 19856
-	p.PerTokenUS = 33.13
-	p.PrefillAttnNS = rtx4090PrefillAttnNS * (80 * 8192) / (32 * 16384) * rtx4090PeakTFLOPS / a100PeakTFLOPS
-	p.DecodeAttnNS = 329.1
+	p.PerTokenUS = 32.47
+	p.PrefillAttnNS = rtx4090PrefillAttnNS * (80 * 8192) / (32 * 16384) * a100_8bPerTokUS / rtx4090PerTokUS
+	p.DecodeAttnNS = 330.2
 	return p
 }
 
