@@ -337,14 +337,19 @@ func (e *Engine) admit(s *seq, budget int) (int, bool) {
 // reports false (allocating nothing) if too few blocks are free.
 func (e *Engine) allocate(s *seq, n int) bool {
 	bs := e.blockSize
-	need := (s.numComputed+n+bs-1)/bs - len(s.blocks)
-	if need > e.pool.numFree {
-		return false
+	upTo := s.numComputed + n
+	if upTo > len(s.blocks)*bs {
+		need := (upTo+bs-1)/bs - len(s.blocks)
+		if need > e.pool.numFree {
+			return false
+		}
+		for range need {
+			s.blocks = append(s.blocks, e.pool.take())
+		}
 	}
-	for range need {
-		s.blocks = append(s.blocks, e.pool.take())
+	if s.numCached < len(s.hashes) {
+		e.cacheFull(s, upTo)
 	}
-	e.cacheFull(s, s.numComputed+n)
 	return true
 }
 
