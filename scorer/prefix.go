@@ -1,0 +1,210 @@
+package scorer
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/inferroute/inferroute/signals"
+)
+
+var _ Scorer = (*PrefixScorer)(nil)
+
+// PrefixParams configures the prefix-affinity scorer. Zero fields are
+// valid values, not defaults: start from DefaultPrefixParams.
+type PrefixParams struct {
+	// MinMatch is the cached fraction of the prompt below which the best
+	// candidate's match counts as a miss: a hit that small saves less
+	// prefill than a queue costs, so the request is spread by load instead.
+	MinMatch float64 `json:"minMatch" yaml:"minMatch"`
+	// Tolerance is how far, as a fraction of the prompt, a candidate's match
+	// may fall short of the best one and still count as holding the prefix:
+	// such candidates all score 1 and load chooses among them.
+	Tolerance float64 `json:"tolerance" yaml:"tolerance"`
+	// PartialCredit scales the score of candidates holding a shorter prefix
+	// than the preferred ones: they score PartialCredit × match / best. Small
+	// values keep a conversation on the pod with its whole history rather
+	// than the pod with an older part of it, even when the latter is a little
+	// less loaded.
+	PartialCredit float64 `json:"partialCredit" yaml:"partialCredit"`
+	// YieldAbsolute and YieldRelative are the anti-hot-spot margins, in
+	// requests on the endpoint (waiting plus running). A candidate loses its
+	// affinity when its load exceeds the least-loaded candidate's load by
+	// more than YieldAbsolute requests AND by more than YieldRelative times
+	// that load. The absolute margin keeps a lightly loaded pool from
+	// scattering a prefix over every pod for a difference of one or two
+	// requests; the relative margin makes the rule scale with load.
+	YieldAbsolute float64 `json:"yieldAbsolute" yaml:"yieldAbsolute"`
+	YieldRelative float64 `json:"yieldRelative" yaml:"yieldRelative"`
+}
+
+// DefaultPrefixParams returns the defaults: a miss below 5% of the prompt,
+// a 2% tolerance, a partial credit of 0.25, and yielding at 4 requests and
+// 50% more load than the least-loaded candidate. The margins follow the idea of consistent hashing with bounded
+// loads (Mirrokni, Thorup and Zadimoghaddam, "Consistent Hashing with
+// Bounded Loads", SODA 2018: a key stays on its preferred bin unless that
+// bin's load exceeds (1+ε) times the average), applied against the
+// least-loaded candidate, with an absolute floor so that small loads do not
+// trigger it.
+func DefaultPrefixParams() PrefixParams {
+	return PrefixParams{MinMatch: 0.05, Tolerance: 0.02, PartialCredit: 0.25, YieldAbsolute: 4, YieldRelative: 0.5}
+}
+
+// validate checks the parameters.
+func (p PrefixParams) validate() error {
+	switch {
+	case !(p.MinMatch >= 0 && p.MinMatch <= 1):
+		return fmt.Errorf("prefix: minMatch %v is not in [0, 1]", p.MinMatch)
+	case !(p.Tolerance >= 0 && p.Tolerance <= 1):
+		return fmt.Errorf("prefix: tolerance %v is not in [0, 1]", p.Tolerance)
+	case !(p.PartialCredit >= 0 && p.PartialCredit <= 1):
+		return fmt.Errorf("prefix: partialCredit %v is not in [0, 1]", p.PartialCredit)
+	case !(p.YieldAbsolute >= 0) || math.IsInf(p.YieldAbsolute, 0):
+		return fmt.Errorf("prefix: yieldAbsolute %v must be a finite number ≥ 0", p.YieldAbsolute)
+	case !(p.YieldRelative >= 0) || math.IsInf(p.YieldRelative, 0):
+		return fmt.Errorf("prefix: yieldRelative %v must be a finite number ≥ 0", p.YieldRelative)
+	}
+	return nil
+}
+
+// PrefixScorer prefers endpoints that already hold the request's prompt
+// prefix in their KV cache, without piling a shared prefix onto one pod.
+//
+// It reads in.Cached (the fraction of the prompt each candidate holds, from
+// the picker's PrefixMatcher) and each candidate's load: requests waiting
+// plus running, from the last scrape corrected by this process's dispatches
+// and completions since, faded toward the local in-flight count as the
+// scrape ages (the correction of signals.Endpoint.QueueDepth, applied once
+// to the sum).
+//
+// Scores, 1 best:
+//   - a candidate whose load exceeds the least-loaded candidate's by both
+//     margins (PrefixParams.YieldAbsolute and YieldRelative) yields: it
+//     scores 0, whatever it holds;
+//   - on a hit (the best remaining candidate holds at least MinMatch of the
+//     prompt) the remaining candidates within Tolerance of the best match
+//     score 1, so pods holding the same prefix tie and load chooses among
+//     them, and the others score PartialCredit × their match over the best;
+//   - on a miss no pod is preferred for its cache: remaining candidates
+//     score by load, InverseMinMax, so misses spread over the least loaded.
+//
+// Raw values (in.Raw) are the cached fractions. Score is safe for
+// concurrent use and does not allocate.
+type PrefixScorer struct {
+	p        PrefixParams
+	halfLife time.Duration
+}
+
+// NewPrefixScorer returns a PrefixScorer with parameters p, ageing scraped
+// values with env.HalfLife. It fails when a parameter is out of range.
+func NewPrefixScorer(p PrefixParams, env Env) (*PrefixScorer, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	return &PrefixScorer{p: p, halfLife: env.HalfLife}, nil
+}
+
+// Params returns the scorer's parameters.
+func (s *PrefixScorer) Params() PrefixParams { return s.p }
+
+// NewPrefixScorerFromParams decodes YAML/JSON parameters over
+// DefaultPrefixParams and builds the scorer; it has the shape of a registry
+// ScorerFactory.
+func NewPrefixScorerFromParams(p Params, env Env) (Scorer, error) {
+	pp := DefaultPrefixParams()
+	if err := p.Decode(&pp); err != nil {
+		return nil, err
+	}
+	return NewPrefixScorer(pp, env)
+}
+
+// Score implements Scorer.
+func (s *PrefixScorer) Score(_ context.Context, in *Input, out []float64) {
+	n := len(in.Endpoints)
+	out = out[:n]
+	if n == 0 {
+		return
+	}
+	cached := in.Cached
+	if len(cached) > 0 && len(in.Raw) >= n {
+		copy(in.Raw[:n], cached[:n])
+	}
+	// out holds the loads until the scores are written.
+	lmin := math.Inf(1)
+	for i, ep := range in.Endpoints {
+		out[i] = prefixLoad(ep, in.Now, s.halfLife)
+		lmin = min(lmin, out[i])
+	}
+	limitAbs := lmin + s.p.YieldAbsolute
+	limitRel := lmin * (1 + s.p.YieldRelative)
+	over := func(l float64) bool { return l > limitAbs && l > limitRel }
+
+	best := 0.0
+	if len(cached) >= n {
+		for i, l := range out {
+			if !over(l) {
+				best = max(best, Clamp01(cached[i]))
+			}
+		}
+	}
+	if best > 0 && best >= s.p.MinMatch {
+		near := best - s.p.Tolerance
+		for i, l := range out {
+			c := Clamp01(cached[i])
+			switch {
+			case over(l):
+				out[i] = 0
+			case c >= near:
+				out[i] = 1
+			default:
+				out[i] = s.p.PartialCredit * c / best
+			}
+		}
+		return
+	}
+	// A miss: spread by load among the candidates that are not over.
+	lmax := lmin
+	for _, l := range out {
+		if !over(l) {
+			lmax = max(lmax, l)
+		}
+	}
+	for i, l := range out {
+		switch {
+		case over(l):
+			out[i] = 0
+		case lmax == lmin:
+			out[i] = 1
+		default:
+			out[i] = (lmax - l) / (lmax - lmin)
+		}
+	}
+}
+
+// prefixLoad returns the number of requests on ep (waiting plus running) at now:
+// the last scrape's count plus the requests this process dispatched minus
+// those that completed since it, blended toward the local in-flight count by
+// the scrape's confidence (signals.Confidence with halfLife), exactly as
+// signals.Endpoint corrects QueueDepth and RunningRequests one by one. It
+// is the local in-flight count before any scrape or when the server
+// publishes neither count. Safe for concurrent use; does not allocate.
+func prefixLoad(ep *signals.Endpoint, now time.Time, halfLife time.Duration) float64 {
+	local := float64(ep.InFlight())
+	m := ep.Metrics()
+	if m == nil || (!m.Waiting.Known && !m.Running.Known) {
+		return local
+	}
+	x := 0.0
+	if m.Waiting.Known {
+		x += max(m.Waiting.Value, 0)
+	}
+	if m.Running.Known {
+		x += max(m.Running.Value, 0)
+	}
+	c := ep.Counters()
+	since := (float64(c.Dispatched) - float64(m.Baseline.Dispatched)) -
+		(float64(c.Completed) - float64(m.Baseline.Completed))
+	conf := signals.Confidence(m.ScrapedAt, now, halfLife)
+	return conf*max(x+since, 0) + (1-conf)*local
+}
