@@ -1,0 +1,107 @@
+package router
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inferroute/inferroute/signals"
+)
+
+func TestMiddleware(t *testing.T) {
+	tests := []struct {
+		name      string
+		body      string
+		handler   func(t *testing.T, clock interface{ Advance(time.Duration) }) http.HandlerFunc
+		status    int
+		wantBody  string
+		wantTTFT  time.Duration
+		wantErr   bool
+		wantUsage int
+	}{
+		{
+			name: "handler reports its own outcome",
+			body: `{"model":"llama","messages":[{"role":"user","content":"hi"}]}`,
+			handler: func(t *testing.T, _ interface{ Advance(time.Duration) }) http.HandlerFunc {
+				return func(w http.ResponseWriter, r *http.Request) {
+					d, ok := FromContext(r.Context())
+					require.True(t, ok)
+					assert.Equal(t, "ep0", d.Endpoint.Name)
+					assert.Equal(t, []string{"ep1"}, names(d.Fallbacks))
+					assert.Equal(t, d.Endpoint.Address, r.Header.Get(HeaderDestination), "the next hop is named")
+					b, err := io.ReadAll(r.Body)
+					require.NoError(t, err)
+					assert.Equal(t, `{"model":"`+baseModel+`","messages":[{"role":"user","content":"hi"}]}`, string(b),
+						"the body is restored, rewritten to the served name")
+					assert.Equal(t, int64(len(b)), r.ContentLength)
+					d.Done(signals.Outcome{TTFT: 42 * time.Millisecond, PromptTokens: 11})
+					w.WriteHeader(201)
+				}
+			},
+			status: 201, wantTTFT: 42 * time.Millisecond, wantUsage: 11,
+		},
+		{
+			name: "middleware reports when the handler does not",
+			body: `{"model":"` + baseModel + `"}`,
+			handler: func(t *testing.T, clock interface{ Advance(time.Duration) }) http.HandlerFunc {
+				return func(w http.ResponseWriter, r *http.Request) {
+					clock.Advance(30 * time.Millisecond)
+					w.WriteHeader(502)
+					_, _ = io.WriteString(w, "bad gateway")
+				}
+			},
+			status: 502, wantBody: "bad gateway", wantTTFT: 30 * time.Millisecond, wantErr: true,
+		},
+		{
+			name: "errors are answered without calling the handler",
+			body: `{"model":"nope"}`,
+			handler: func(t *testing.T, _ interface{ Advance(time.Duration) }) http.HandlerFunc {
+				return func(http.ResponseWriter, *http.Request) { t.Error("handler called") }
+			},
+			status: 404,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, Config{}, "10.0.0.1:8000", "10.0.0.2:8000")
+			mw, err := NewMiddleware(e.proxy.Table(), Config{Clock: e.clock, EndpointHeader: HeaderDestination})
+			require.NoError(t, err)
+			srv := httptest.NewServer(mw.Wrap(tc.handler(t, e.clock)))
+			defer srv.Close()
+			req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(tc.body))
+			require.NoError(t, err)
+			req.Header.Set(HeaderDestination, "6.6.6.6:80")
+			r, err := srv.Client().Do(req)
+			require.NoError(t, err)
+			defer r.Body.Close()
+			b, _ := io.ReadAll(r.Body)
+			assert.Equal(t, tc.status, r.StatusCode)
+			if tc.status == 404 {
+				assert.Contains(t, string(b), "model_not_found")
+				assert.Zero(t, e.rec.count())
+				return
+			}
+			assert.Equal(t, tc.wantBody, string(b))
+			o := e.rec.next(t)
+			assert.Equal(t, tc.wantTTFT, o.out.TTFT)
+			assert.Equal(t, tc.wantUsage, o.out.PromptTokens)
+			assert.Equal(t, tc.wantErr, o.out.Err != nil)
+			assert.Equal(t, 1, e.rec.count(), "Done once")
+			e.requireIdle(t)
+		})
+	}
+}
+
+func names(eps []*signals.Endpoint) []string {
+	var out []string
+	for _, ep := range eps {
+		out = append(out, ep.Name)
+	}
+	return out
+}

@@ -1,0 +1,148 @@
+package router
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/inferroute/inferroute/picker"
+	"github.com/inferroute/inferroute/scorer"
+	"github.com/inferroute/inferroute/signals"
+	"github.com/inferroute/inferroute/signals/prefix"
+)
+
+// chatBody returns a chat completions body of about size bytes: a system
+// prompt and a long user message of English-like text with escapes, plus
+// the usual sampling fields after the messages.
+func chatBody(size int) []byte {
+	var sb strings.Builder
+	sentence := `The quick brown fox jumps over the lazy dog, then says \"hello\" and writes a line of code.\n`
+	for sb.Len() < size-200 {
+		sb.WriteString(sentence)
+	}
+	text := sb.String()[:max(size-200, 0)]
+	text = strings.TrimRight(text, `\`)
+	return fmt.Appendf(nil, `{"model":"meta-llama/Llama-3.1-8B-Instruct","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"%s"}],"stream":true,"stream_options":{"include_usage":true},"max_tokens":256,"temperature":0.7,"user":"u-42"}`, text)
+}
+
+var benchSizes = []struct {
+	name string
+	size int
+}{{"1KB", 1 << 10}, {"32KB", 32 << 10}, {"220KB", 220 << 10}}
+
+func BenchmarkParseRequest(b *testing.B) {
+	for _, sz := range benchSizes {
+		body := chatBody(sz.size)
+		b.Run(sz.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				p, err := ParseRequest("/v1/chat/completions", nil, body, ParseOptions{})
+				if err != nil || p.Model == "" {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPrepare is ParseRequest plus rendering and hashing the prompt
+// for the prefix index: the whole per-request body cost of the router.
+func BenchmarkPrepare(b *testing.B) {
+	h := prefix.NewHasher(prefix.HashConfig{})
+	rt := Route{Model: "meta-llama/Llama-3.1-8B-Instruct"}
+	for _, sz := range benchSizes {
+		body := chatBody(sz.size)
+		b.Run(sz.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			var req signals.Request
+			for b.Loop() {
+				p, err := ParseRequest("/v1/chat/completions", nil, body, ParseOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := Prepare(&req, &p, rt, body, nil, h, req.PromptBlocks); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// cannedTransport answers every request in memory with a canned chat
+// completion, so BenchmarkProxy measures the proxy, not a network.
+type cannedTransport struct{ body []byte }
+
+func (c cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	return &http.Response{
+		StatusCode: 200, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        http.Header{"Content-Type": {"application/json"}},
+		Body:          io.NopCloser(bytes.NewReader(c.body)),
+		ContentLength: int64(len(c.body)), Request: r,
+	}, nil
+}
+
+// BenchmarkProxy is one request through Proxy.ServeHTTP with the default
+// picker configuration over 8 endpoints: read, parse, hash, route, pick,
+// forward (in memory), read usage, Done.
+func BenchmarkProxy(b *testing.B) {
+	resp := []byte(`{"id":"x","object":"chat.completion","model":"meta-llama/Llama-3.1-8B-Instruct","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}`)
+	pk, err := picker.New(registeredDefault())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var eps []*signals.Endpoint
+	for i := range 8 {
+		eps = append(eps, signals.NewEndpoint(signals.EndpointSpec{Address: fmt.Sprintf("10.0.0.%d:8000", i)}))
+	}
+	pk.SetEndpoints(eps)
+	tab, err := NewTable(TableConfig{Pools: []PoolConfig{{Name: "p", Picker: pk, Models: []string{"meta-llama/Llama-3.1-8B-Instruct"}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := NewProxy(tab, Config{Transport: cannedTransport{resp}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, sz := range benchSizes {
+		body := bytes.Replace(chatBody(sz.size), []byte(`"stream":true`), []byte(`"stream":false`), 1)
+		b.Run(sz.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			rd := bytes.NewReader(body)
+			req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", rd)
+			for b.Loop() {
+				rd.Reset(body)
+				w := httptest.NewRecorder()
+				p.ServeHTTP(w, req)
+				if w.Code != 200 {
+					b.Fatal(w.Code, w.Body.String())
+				}
+			}
+		})
+	}
+}
+
+// registeredDefault is picker.DefaultConfig without the scorers the
+// built-in registry does not (yet) provide.
+func registeredDefault() picker.Config {
+	cfg := picker.DefaultConfig()
+	have := map[string]bool{}
+	for _, n := range scorer.NewRegistry().Scorers() {
+		have[n] = true
+	}
+	kept := cfg.Scorers[:0]
+	for _, s := range cfg.Scorers {
+		if have[s.Name] {
+			kept = append(kept, s)
+		}
+	}
+	cfg.Scorers = kept
+	return cfg
+}
