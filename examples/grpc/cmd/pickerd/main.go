@@ -1,0 +1,140 @@
+// Command pickerd serves an inferroute picker over gRPC (the
+// inferroute.picker.v1.Picker service and grpc.health.v1.Health) for a
+// static list of model-server endpoints, scraping their metrics pages.
+//
+//	pickerd -listen :9002 -endpoints pod-a=10.0.0.1:8000,pod-b=10.0.0.2:8000
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	pickergrpc "github.com/inferroute/inferroute/examples/grpc"
+	"github.com/inferroute/inferroute/examples/grpc/pickerpb"
+	"github.com/inferroute/inferroute/picker"
+	"github.com/inferroute/inferroute/signals"
+	"github.com/inferroute/inferroute/signals/prefix"
+	"github.com/inferroute/inferroute/signals/scrape"
+)
+
+//go:embed picker.yaml
+var defaultConfig []byte
+
+func main() {
+	listen := flag.String("listen", ":9002", "gRPC listen address")
+	endpoints := flag.String("endpoints", "", "comma-separated endpoints, each name=host:port or host:port")
+	engine := flag.String("engine", "vllm", "model server kind, for the metric names scraped")
+	model := flag.String("model", "", "base model every endpoint serves (empty: any)")
+	configPath := flag.String("config", "", "picker YAML configuration (default: the embedded picker.yaml)")
+	scrapeOn := flag.Bool("scrape", true, "scrape the endpoints' /metrics pages")
+	ttl := flag.Duration("reservation-timeout", pickergrpc.DefaultReservationTimeout, "release a pick without Done after this long")
+	flag.Parse()
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(*listen, *endpoints, *engine, *model, *configPath, *scrapeOn, *ttl, log); err != nil {
+		log.Error("pickerd", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(listen, list, engine, model, configPath string, scrapeOn bool, ttl time.Duration, log *slog.Logger) error {
+	eps, err := parseEndpoints(list, engine, model)
+	if err != nil {
+		return err
+	}
+	data := defaultConfig
+	if configPath != "" {
+		if data, err = os.ReadFile(configPath); err != nil {
+			return err
+		}
+	}
+	cfg, err := picker.ParseConfig(data)
+	if err != nil {
+		return err
+	}
+	index, err := prefix.NewIndex(prefix.IndexConfig{})
+	if err != nil {
+		return err
+	}
+	defer index.Close()
+	p, err := picker.New(cfg, picker.WithLogger(log), picker.WithPrefixMatcher(index))
+	if err != nil {
+		return err
+	}
+	p.SetEndpoints(eps)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if scrapeOn {
+		sc, err := scrape.New(scrape.Config{}, scrape.WithLogger(log))
+		if err != nil {
+			return err
+		}
+		sc.SetEndpoints(eps)
+		if err := sc.Start(ctx); err != nil {
+			return err
+		}
+		defer sc.Stop()
+	}
+
+	srv := pickergrpc.NewServer(p, pickergrpc.Options{ReservationTimeout: ttl, Logger: log})
+	defer srv.Close()
+	go srv.Run(ctx, time.Second)
+
+	lis, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	gs := grpc.NewServer()
+	pickerpb.RegisterPickerServer(gs, srv)
+	hs := health.NewServer()
+	hs.SetServingStatus(pickerpb.Picker_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+	go func() {
+		<-ctx.Done()
+		hs.Shutdown()
+		gs.GracefulStop()
+	}()
+	log.Info("pickerd serving", "addr", lis.Addr().String(), "endpoints", len(eps))
+	if err := gs.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+// parseEndpoints reads "name=host:port,host:port,...".
+func parseEndpoints(list, engine, model string) ([]*signals.Endpoint, error) {
+	var eps []*signals.Endpoint
+	for item := range strings.SplitSeq(list, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, addr, ok := strings.Cut(item, "=")
+		if !ok {
+			name, addr = "", item
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("endpoint %q: %w", item, err)
+		}
+		eps = append(eps, signals.NewEndpoint(signals.EndpointSpec{Name: name, Address: addr, Engine: engine, Model: model}))
+	}
+	if len(eps) == 0 {
+		return nil, errors.New("no endpoints: pass -endpoints name=host:port,...")
+	}
+	return eps, nil
+}
