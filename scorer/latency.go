@@ -132,26 +132,35 @@ func (s *LatencyScorer) Score(_ context.Context, in *Input, out []float64) {
 		latencyFill(out[:n], Neutral)
 		return
 	}
-	// Pass 1: predictions into out (NaN when unknown), and the
-	// confidence-weighted mean.
+	// Pass 1: predictions, and the confidence-weighted mean. Predictions go
+	// to in.Raw and confidences to out when the picker gave a Raw slice, so
+	// that each is computed once; without one, predictions go to out and
+	// confidences are asked again in pass 2.
+	raw := len(in.Raw) >= n && s.conf != nil
 	var sumCP, sumC float64
 	known := false
 	for i := 0; i < n; i++ {
 		ep := in.Endpoints[i]
 		v, ok := s.est.PredictTTFT(in.Request, ep, latencyCached(in, i))
 		if !ok || unknown(v) || v < 0 {
-			out[i] = math.NaN()
-			continue
+			v = math.NaN()
+		} else {
+			known = true
 		}
-		known = true
-		out[i] = v
 		if i < len(in.Raw) {
 			in.Raw[i] = v
 		}
-		if s.conf != nil {
-			c := Clamp01(s.conf.Confidence(ep))
-			sumCP += c * v
-			sumC += c
+		if s.conf == nil || math.IsNaN(v) {
+			out[i] = v
+			continue
+		}
+		c := Clamp01(s.conf.Confidence(ep))
+		sumCP += c * v
+		sumC += c
+		if raw {
+			out[i] = c
+		} else {
+			out[i] = v
 		}
 	}
 	if !known || (s.conf != nil && sumC == 0) {
@@ -162,10 +171,20 @@ func (s *LatencyScorer) Score(_ context.Context, in *Input, out []float64) {
 	if s.conf != nil {
 		m := sumCP / sumC
 		for i := 0; i < n; i++ {
-			if v := out[i]; !math.IsNaN(v) {
-				c := Clamp01(s.conf.Confidence(in.Endpoints[i]))
-				out[i] = c*v + (1-c)*m
+			var v, c float64
+			if raw {
+				v, c = in.Raw[i], out[i]
+			} else {
+				v = out[i]
+				if !math.IsNaN(v) {
+					c = Clamp01(s.conf.Confidence(in.Endpoints[i]))
+				}
 			}
+			if math.IsNaN(v) {
+				out[i] = v
+				continue
+			}
+			out[i] = c*v + (1-c)*m
 		}
 	}
 	if s.p.Normalize == NormalizeMinMax {

@@ -186,6 +186,12 @@ func TestLatencyScorer(t *testing.T) {
 					assert.InDelta(t, tt.wantRaw[i], in.Raw[i], 1e-12, "raw %d", i)
 				}
 			}
+			// Without a Raw slice the scores are the same.
+			in.Raw = nil
+			s.Score(context.Background(), in, out)
+			for i := range tt.want {
+				assert.InDelta(t, tt.want[i], out[i], 1e-12, "score %d without Raw", i)
+			}
 		})
 	}
 	t.Run("no Raw or Cached slices", func(t *testing.T) {

@@ -155,8 +155,13 @@ func (c Config) withDefaults() Config {
 // endpoint concerned. Create one with New; the zero Predictor is not usable.
 type Predictor struct {
 	cfg     Config
-	states  sync.Map // *signals.Endpoint → *epState
 	pending *pending
+
+	// states maps endpoints to their state. It is copied on write (a new
+	// endpoint, Forget, a sweep: rare) so that the pick path reads a plain
+	// map without locks.
+	states   atomic.Pointer[map[*signals.Endpoint]*epState]
+	statesMu sync.Mutex // serialises writers of states
 
 	reg  [maxDim]float64 // ridge strengths, TTFT
 	regG [maxDim]float64 // ridge strengths, TPOT
@@ -203,6 +208,7 @@ type adapterSeen struct {
 func New(cfg Config) *Predictor {
 	cfg = cfg.withDefaults()
 	p := &Predictor{cfg: cfg, pending: newPending(cfg.MaxPending)}
+	p.states.Store(&map[*signals.Endpoint]*epState{})
 	for i := 0; i < maxDim; i++ {
 		p.reg[i] = cfg.PriorSamples * ttftScale[i] * ttftScale[i]
 		p.regG[i] = cfg.PriorSamples * tpotScale[i] * tpotScale[i]
@@ -232,14 +238,46 @@ var (
 // state returns the endpoint's state, creating it on first sight (the only
 // allocation, once per endpoint).
 func (p *Predictor) state(ep *signals.Endpoint) *epState {
-	if v, ok := p.states.Load(ep); ok {
-		return v.(*epState)
+	if st, ok := (*p.states.Load())[ep]; ok {
+		return st
+	}
+	p.statesMu.Lock()
+	defer p.statesMu.Unlock()
+	old := *p.states.Load()
+	if st, ok := old[ep]; ok {
+		return st
 	}
 	st := &epState{}
 	st.speed, st.labelled = RelativeSpeed(ep)
 	st.lastActive.Store(p.cfg.Clock.Now().UnixNano())
-	v, _ := p.states.LoadOrStore(ep, st)
-	return v.(*epState)
+	m := make(map[*signals.Endpoint]*epState, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[ep] = st
+	p.states.Store(&m)
+	return st
+}
+
+// lookup returns the endpoint's state if it has one.
+func (p *Predictor) lookup(ep *signals.Endpoint) (*epState, bool) {
+	st, ok := (*p.states.Load())[ep]
+	return st, ok
+}
+
+// rewriteStates replaces the state map by the states for which keep
+// returns true.
+func (p *Predictor) rewriteStates(keep func(*signals.Endpoint, *epState) bool) {
+	p.statesMu.Lock()
+	defer p.statesMu.Unlock()
+	old := *p.states.Load()
+	m := make(map[*signals.Endpoint]*epState, len(old))
+	for k, v := range old {
+		if keep(k, v) {
+			m[k] = v
+		}
+	}
+	p.states.Store(&m)
 }
 
 // scaleTTFT turns speed-normalised TTFT coefficients into an endpoint's:
@@ -560,17 +598,26 @@ func (p *Predictor) updatePool(speed, prompt float64, useT bool, theta *[maxDim]
 // Forget drops everything the predictor knows about ep. Call it when an
 // endpoint leaves the pool for good; otherwise its state is dropped after
 // Config.StateTTL without activity. Safe for concurrent use.
-func (p *Predictor) Forget(ep *signals.Endpoint) { p.states.Delete(ep) }
+func (p *Predictor) Forget(ep *signals.Endpoint) {
+	if _, ok := p.lookup(ep); !ok {
+		return
+	}
+	p.rewriteStates(func(k *signals.Endpoint, _ *epState) bool { return k != ep })
+}
 
 // sweep drops the state of endpoints idle for longer than StateTTL.
 func (p *Predictor) sweep(now time.Time) {
 	cutoff := now.Add(-p.cfg.StateTTL).UnixNano()
-	p.states.Range(func(k, v any) bool {
-		if v.(*epState).lastActive.Load() < cutoff {
-			p.states.Delete(k)
+	stale := false
+	for _, st := range *p.states.Load() {
+		if st.lastActive.Load() < cutoff {
+			stale = true
+			break
 		}
-		return true
-	})
+	}
+	if stale {
+		p.rewriteStates(func(_ *signals.Endpoint, st *epState) bool { return st.lastActive.Load() >= cutoff })
+	}
 }
 
 // adapterRecent reports whether adapter was dispatched to the endpoint

@@ -491,9 +491,9 @@ func TestPredictorForgetAndSweep(t *testing.T) {
 	for i := 0; i < 4096; i++ {
 		serve(busy)
 	}
-	_, kept := p.states.Load(idle)
+	_, kept := p.lookup(idle)
 	assert.False(t, kept, "idle endpoint swept")
-	_, kept = p.states.Load(busy)
+	_, kept = p.lookup(busy)
 	assert.True(t, kept)
 }
 
