@@ -18,7 +18,7 @@ import (
 const (
 	// DefaultRequests is the number of requests per run of the default
 	// suite.
-	DefaultRequests = 3000
+	DefaultRequests = 6000
 	// QuickRequests is the number of requests per run of the quick suite.
 	QuickRequests = 800
 )

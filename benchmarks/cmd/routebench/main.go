@@ -22,7 +22,7 @@
 //	-policies LIST    comma-separated policies (round-robin,random,least-request,inferroute)
 //	-loads LIST       comma-separated loads as fractions of capacity (default 0.5,0.7,0.9)
 //	-seed N           seed of workloads, scrapes and policies (default 1)
-//	-requests N       requests per run (default 3000, 800 with -quick)
+//	-requests N       requests per run (default 6000, 800 with -quick)
 //	-trace FILE       replay your own trace (Mooncake .jsonl or Azure .csv) instead of the suite
 //	-traces DIR       folder of the shared trace files (default ../shared/traces)
 //	-pods N           resize every fleet to N pods
