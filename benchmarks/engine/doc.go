@@ -22,13 +22,25 @@
 //     slot.
 //
 // A step's duration comes from a per-GPU Profile: a fixed overhead, a dense
-// (GEMM) term linear in the batched tokens, a prefill attention term in
-// chunk × context, a decode attention term in KV tokens read, and a
+// (GEMM) term that is flat at the weight-read time for small batches and
+// linear in the batched tokens beyond (a smooth roofline), a further linear
+// per-token term (TP all-reduce), a prefill attention term in chunk ×
+// context, a decode attention term in KV tokens read, and a
 // per-sampled-sequence term. Every coefficient cites the measurement in
 // ../shared/perf it was fitted to, or says what it was estimated from.
 //
-// The simulator drives an Engine with Add, StartStep and FinishStep, reads
-// the values vLLM would export on /metrics with Stats, and models a pod
-// restart with Reset. An Engine is not safe for concurrent use; a simulator
-// owns one per pod. Steady-state stepping does not allocate.
+// The simulator drives an Engine with Add, StartStep and FinishStep (a step
+// is planned at its start and applied at its end, so a discrete-event loop
+// schedules one "step end" event per busy pod), reads the values vLLM
+// would export on /metrics with Stats, and models a pod restart with
+// InFlight and Reset. PrefixHitTokens answers, without side effects, how
+// much of a prompt a pod would serve from its cache (for oracle policies).
+// An Engine is not safe for concurrent use; a simulator owns one per pod.
+// Steady-state stepping does not allocate.
+//
+// What the model leaves out: speculative decoding, CUDA-graph padding,
+// output-token blocks in the prefix cache (only prompt blocks are hashed,
+// since a Request does not carry its output's content), swap-based
+// preemption, priorities other than FCFS, and max_model_len checks (a
+// request is refused only if it could never fit in the KV cache).
 package engine

@@ -139,8 +139,10 @@ func (k EventKind) String() string {
 
 // Event reports a change in one request's state.
 type Event struct {
+	// Kind says what happened.
 	Kind EventKind
-	Req  *Request
+	// Req is the request it happened to (the pointer given to Add).
+	Req *Request
 	// At is the virtual time of the event.
 	At time.Duration
 	// CachedTokens is, for FirstToken and Finished, the number of prompt
