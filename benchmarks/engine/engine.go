@@ -10,7 +10,7 @@ import (
 // profile's GPU, as documented per field.
 type Config struct {
 	// Profile is the hardware and model step-time profile. Required: a zero
-	// Profile makes New panic.
+	// Profile fails Validate.
 	Profile Profile
 
 	// MaxNumBatchedTokens is the per-step token budget. Zero means vLLM's
@@ -251,17 +251,46 @@ type Engine struct {
 	stats Stats
 }
 
-// New returns an Engine for cfg, empty, at virtual time zero. It panics if
-// cfg.Profile is the zero Profile or any configured size is negative.
-func New(cfg Config) *Engine {
+// Validate reports whether New accepts cfg: a profile is set, no size is
+// negative, GPUMemoryUtilization is in [0, 1], and the KV cache gets at
+// least one block. The error wraps ErrConfig.
+func (cfg Config) Validate() error {
 	p := cfg.Profile
-	if p.Name == "" || p.Layers == 0 {
-		panic("engine: Config.Profile is required")
+	switch {
+	case p.Name == "" || p.Layers <= 0:
+		return fmt.Errorf("%w: Profile is required", ErrConfig)
+	case cfg.MaxNumBatchedTokens < 0, cfg.MaxNumSeqs < 0, cfg.BlockSize < 0, cfg.NumBlocks < 0,
+		cfg.MaxLoRAs < 0, cfg.MaxCPULoRAs < 0, cfg.LoRALoadTime < 0, cfg.LoRASwapTime < 0:
+		return fmt.Errorf("%w: negative size or time", ErrConfig)
+	case !(cfg.GPUMemoryUtilization >= 0 && cfg.GPUMemoryUtilization <= 1):
+		return fmt.Errorf("%w: GPUMemoryUtilization %v not in [0, 1]", ErrConfig, cfg.GPUMemoryUtilization)
 	}
-	if cfg.MaxNumBatchedTokens < 0 || cfg.MaxNumSeqs < 0 || cfg.BlockSize < 0 || cfg.NumBlocks < 0 ||
-		cfg.MaxLoRAs < 0 || cfg.MaxCPULoRAs < 0 || cfg.GPUMemoryUtilization < 0 || cfg.GPUMemoryUtilization > 1 {
-		panic("engine: negative size in Config")
+	if cfg.NumBlocks == 0 {
+		util, bs := cfg.GPUMemoryUtilization, cfg.BlockSize
+		if util == 0 {
+			util = 0.9
+		}
+		if bs == 0 {
+			bs = 16
+		}
+		if p.NumBlocks(util, bs) < 1 {
+			return fmt.Errorf("%w: profile %s leaves no memory for the KV cache", ErrConfig, p.Name)
+		}
 	}
+	return nil
+}
+
+// ErrConfig is wrapped by the errors of Config.Validate.
+var ErrConfig = errors.New("engine: invalid Config")
+
+// New returns an Engine for cfg, empty, at virtual time zero. It panics
+// with the error of cfg.Validate if that is not nil (call Validate first
+// for untrusted configurations).
+func New(cfg Config) *Engine {
+	if err := cfg.Validate(); err != nil {
+		panic(err)
+	}
+	p := cfg.Profile
 	if cfg.MaxNumBatchedTokens == 0 {
 		cfg.MaxNumBatchedTokens = p.DefaultMaxNumBatchedTokens
 	}
@@ -276,9 +305,6 @@ func New(cfg Config) *Engine {
 	}
 	if cfg.NumBlocks == 0 {
 		cfg.NumBlocks = p.NumBlocks(cfg.GPUMemoryUtilization, cfg.BlockSize)
-	}
-	if cfg.NumBlocks < 1 {
-		panic(fmt.Sprintf("engine: profile %s leaves no memory for the KV cache", p.Name))
 	}
 	if cfg.MaxLoRAs == 0 {
 		cfg.MaxLoRAs = 1

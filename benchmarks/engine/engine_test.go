@@ -558,6 +558,38 @@ func TestConfigDefaults(t *testing.T) {
 	assert.Panics(t, func() { New(Config{}) })
 }
 
+func TestConfigValidate(t *testing.T) {
+	h, _ := ProfileByName("h100-llama3-8b")
+	tiny := h
+	tiny.GPUMemoryGiB = 10 // less than the weights
+	cases := []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"defaults", DefaultConfig(h), true},
+		{"zero profile", Config{}, false},
+		{"negative seqs", Config{Profile: h, MaxNumSeqs: -1}, false},
+		{"negative budget", Config{Profile: h, MaxNumBatchedTokens: -1}, false},
+		{"negative load time", Config{Profile: h, LoRALoadTime: -time.Second}, false},
+		{"utilization above 1", Config{Profile: h, GPUMemoryUtilization: 1.5}, false},
+		{"no room for KV", Config{Profile: tiny}, false},
+		{"no room for KV but explicit blocks", Config{Profile: tiny, NumBlocks: 100}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.cfg.Validate()
+			if c.ok {
+				require.NoError(t, err)
+				assert.NotPanics(t, func() { New(c.cfg) })
+				return
+			}
+			require.ErrorIs(t, err, ErrConfig)
+			assert.Panics(t, func() { New(c.cfg) })
+		})
+	}
+}
+
 // randomWorkload builds n requests with shared prefixes, adapters and
 // mixed lengths from a seeded source.
 func randomWorkload(seed uint64, n int) ([]time.Duration, []*Request) {
