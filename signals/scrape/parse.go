@@ -161,6 +161,10 @@ func hasSuffix(s, suffix string) bool {
 	return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix
 }
 
+// maxSeriesChecked bounds the series per slot checked for repeats. Real
+// pages have one series per engine or rank: a handful.
+const maxSeriesChecked = 256
+
 type acc struct {
 	sum, max  float64
 	n         int
@@ -540,12 +544,17 @@ func (p *Parser) observe(t lookupTarget, v float64, h uint64) {
 			}
 		}
 		a := &p.accs[t.slot]
-		for _, x := range a.hashes {
-			if x == h {
-				a.dup = true
+		// Repeated series are looked for among the first maxSeriesChecked
+		// of a slot only, so that a hostile page of many series costs
+		// linear time.
+		if len(a.hashes) < maxSeriesChecked {
+			for _, x := range a.hashes {
+				if x == h {
+					a.dup = true
+				}
 			}
+			a.hashes = append(a.hashes, h)
 		}
-		a.hashes = append(a.hashes, h)
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			a.nonFinite = true
 		}

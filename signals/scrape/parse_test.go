@@ -386,3 +386,22 @@ func TestMapValidate(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, VLLMMap(), m)
 }
+
+// TestParseManySeries: a page of 50 000 series of one wanted family is read
+// in linear time (the repeat check is bounded) and summed.
+func TestParseManySeries(t *testing.T) {
+	var b strings.Builder
+	for i := 0; i < 50000; i++ {
+		b.WriteString("vllm:num_requests_running{engine=\"")
+		b.WriteString(strings.Repeat("x", i%7))
+		b.WriteString(string(rune('a' + i%26)))
+		b.WriteString("\"} 1\n")
+	}
+	p, err := NewParser(VLLMMap())
+	require.NoError(t, err)
+	got, err := p.Parse([]byte(b.String()))
+	require.NoError(t, err)
+	// The first 256 series include repeats (only 7×26 distinct label
+	// values), so the sum is unknown rather than 50000.
+	assert.Equal(t, unknown, got.Running)
+}
