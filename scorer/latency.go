@@ -80,11 +80,21 @@ func (p LatencyParams) validate() error {
 // Each candidate's predicted TTFT, in seconds, goes to in.Raw (the pick
 // breakdown shows it). When the estimator reports confidence
 // (ConfidenceReporter), a prediction of confidence c is blended as
-// c × prediction + (1 − c) × m, where m is the confidence-weighted mean
-// prediction of the candidates: an endpoint the model knows little about is
-// treated as an average one, neither shunned nor favoured on a guess, and it
-// keeps receiving the traffic that teaches the model. The blended values
-// are normalised (lower is better) by LatencyParams.Normalize.
+// c × prediction + (1 − c) × best, where best is the smallest prediction
+// among the candidates of non-zero confidence. This is optimism in the
+// face of uncertainty, the exploration rule of the upper-confidence-bound
+// bandit algorithms (Auer, Cesa-Bianchi and Fischer, "Finite-time Analysis
+// of the Multiarmed Bandit Problem", Machine Learning 2002): an endpoint
+// the model knows little about ties with the best one, so it receives the
+// few requests that teach the model what it is worth, and as its
+// confidence grows its own prediction takes over. Blending toward the mean
+// instead starves it: once one endpoint is known to be faster than
+// average, an unknown one never wins a pick and is never learned (a 4×
+// endpoint of a 1×/2×/4× fleet stayed unsampled that way). Since
+// confidence fades without observations (latency.Config.ConfidenceHalfLife)
+// an endpoint that stopped receiving traffic is explored again. The
+// blended values are normalised (lower is better) by
+// LatencyParams.Normalize.
 //
 // Every candidate scores Neutral when there is no estimator, when no
 // prediction is known, or when every confidence is zero; a candidate
@@ -132,12 +142,12 @@ func (s *LatencyScorer) Score(_ context.Context, in *Input, out []float64) {
 		latencyFill(out[:n], Neutral)
 		return
 	}
-	// Pass 1: predictions, and the confidence-weighted mean. Predictions go
+	// Pass 1: predictions, and the best confident one. Predictions go
 	// to in.Raw and confidences to out when the picker gave a Raw slice, so
 	// that each is computed once; without one, predictions go to out and
 	// confidences are asked again in pass 2.
 	raw := len(in.Raw) >= n && s.conf != nil
-	var sumCP, sumC float64
+	best := math.Inf(1)
 	known := false
 	for i := 0; i < n; i++ {
 		ep := in.Endpoints[i]
@@ -155,21 +165,22 @@ func (s *LatencyScorer) Score(_ context.Context, in *Input, out []float64) {
 			continue
 		}
 		c := Clamp01(s.conf.Confidence(ep))
-		sumCP += c * v
-		sumC += c
+		if c > 0 {
+			best = min(best, v)
+		}
 		if raw {
 			out[i] = c
 		} else {
 			out[i] = v
 		}
 	}
-	if !known || (s.conf != nil && sumC == 0) {
+	if !known || (s.conf != nil && math.IsInf(best, 1)) {
 		latencyFill(out[:n], Neutral)
 		return
 	}
-	// Pass 2: blend toward the mean by confidence.
+	// Pass 2: blend toward the best by confidence.
 	if s.conf != nil {
-		m := sumCP / sumC
+		m := best
 		for i := 0; i < n; i++ {
 			var v, c float64
 			if raw {

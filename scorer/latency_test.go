@@ -93,21 +93,39 @@ func TestLatencyScorer(t *testing.T) {
 			wantRaw: []float64{0.4, 0.2, 0.1},
 		},
 		{
-			// m = (0.1×1 + 0.2×1)/2 = 0.15; c (confidence 0) is blended fully
-			// to m, so the scores are 0.1/0.1, 0.1/0.2 and 0.1/0.15.
-			name: "unconfident candidate is treated as average",
-			est: &latFakeEstimator{ttft: map[string]float64{"a": 0.1, "b": 0.2, "c": 0.05},
+			// best confident = 0.1; c (confidence 0) is blended fully to it,
+			// so the scores are 0.1/0.1, 0.1/0.2 and 0.1/0.1: an unknown
+			// endpoint ties with the best, whatever its guess (here 0.5).
+			name: "unconfident candidate ties with the best",
+			est: &latFakeEstimator{ttft: map[string]float64{"a": 0.1, "b": 0.2, "c": 0.5},
 				conf: map[string]float64{"c": 0}},
-			want:    []float64{1, 0.5, 0.1 / 0.15},
-			wantRaw: []float64{0.1, 0.2, 0.05},
+			want:    []float64{1, 0.5, 1},
+			wantRaw: []float64{0.1, 0.2, 0.5},
 		},
 		{
-			// m = (1×0.1 + 0.5×0.4)/(1.5) = 0.2; b → 0.5×0.4 + 0.5×0.2 = 0.3.
+			// An unconfident guess below the best does not win either.
+			name: "unconfident low guess is not the best",
+			est: &latFakeEstimator{ttft: map[string]float64{"a": 0.1, "b": 0.2, "c": 0.01},
+				conf: map[string]float64{"c": 0}},
+			want:    []float64{1, 0.5, 1},
+			wantRaw: []float64{0.1, 0.2, 0.01},
+		},
+		{
+			// best = 0.1 (a); b → 0.5×0.4 + 0.5×0.1 = 0.25.
 			name: "half confidence blends half way",
 			est: &latFakeEstimator{ttft: map[string]float64{"a": 0.1, "b": 0.4},
 				conf: map[string]float64{"b": 0.5}},
-			want:    []float64{1, 0.1 / 0.3, scorer.Neutral},
+			want:    []float64{1, 0.1 / 0.25, scorer.Neutral},
 			wantRaw: []float64{0.1, 0.4, nan},
+		},
+		{
+			// best = 0.1 (a, confidence 0.5 > 0); a → 0.1,
+			// b → 0.5×0.2 + 0.5×0.1 = 0.15, c → 0.5×0.6 + 0.5×0.1 = 0.35.
+			name: "every confidence partial",
+			est: &latFakeEstimator{ttft: map[string]float64{"a": 0.1, "b": 0.2, "c": 0.6},
+				conf: map[string]float64{"a": 0.5, "b": 0.5, "c": 0.5}},
+			want:    []float64{1, 0.1 / 0.15, 0.1 / 0.35},
+			wantRaw: []float64{0.1, 0.2, 0.6},
 		},
 		{
 			name: "ignore confidence",

@@ -74,8 +74,9 @@
 // observations (full at Config.FullConfidenceSamples), fades with the time
 // since the last one (so an endpoint that stopped receiving traffic is
 // explored again), and is at least Config.PriorConfidence for a labelled
-// endpoint. The latency scorer blends predictions of low confidence toward
-// the candidates' average.
+// endpoint. The latency scorer (scorer.LatencyScorer) blends predictions of
+// low confidence toward the best candidate's, optimism that makes the picker
+// sample an unknown endpoint until the model knows it.
 //
 // # Drift
 //
