@@ -262,6 +262,8 @@ func (cfg Config) Validate() error {
 	case cfg.MaxNumBatchedTokens < 0, cfg.MaxNumSeqs < 0, cfg.BlockSize < 0, cfg.NumBlocks < 0,
 		cfg.MaxLoRAs < 0, cfg.MaxCPULoRAs < 0, cfg.LoRALoadTime < 0, cfg.LoRASwapTime < 0:
 		return fmt.Errorf("%w: negative size or time", ErrConfig)
+	case cfg.NumBlocks > maxBlocks:
+		return fmt.Errorf("%w: NumBlocks %d above %d", ErrConfig, cfg.NumBlocks, maxBlocks)
 	case !(cfg.GPUMemoryUtilization >= 0 && cfg.GPUMemoryUtilization <= 1):
 		return fmt.Errorf("%w: GPUMemoryUtilization %v not in [0, 1]", ErrConfig, cfg.GPUMemoryUtilization)
 	}
@@ -273,8 +275,8 @@ func (cfg Config) Validate() error {
 		if bs == 0 {
 			bs = 16
 		}
-		if p.NumBlocks(util, bs) < 1 {
-			return fmt.Errorf("%w: profile %s leaves no memory for the KV cache", ErrConfig, p.Name)
+		if n := p.NumBlocks(util, bs); n < 1 || n > maxBlocks {
+			return fmt.Errorf("%w: profile %s gives %d KV blocks, want 1…%d", ErrConfig, p.Name, n, maxBlocks)
 		}
 	}
 	return nil

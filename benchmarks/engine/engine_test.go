@@ -708,32 +708,109 @@ func TestSteadyStateDoesNotAllocate(t *testing.T) {
 	assert.Zero(t, testing.AllocsPerRun(5, run))
 }
 
-func TestHashTable(t *testing.T) {
-	var h hashTable
-	h.init(64)
-	ref := map[uint64]int32{}
-	rng := rand.New(rand.NewPCG(3, 4))
-	for i := range 4000 {
-		k := rng.Uint64N(256) * 0x10 // clustered keys: long probe runs
-		if v, ok := ref[k]; ok && rng.IntN(2) == 0 {
-			h.remove(k, v)
-			delete(ref, k)
-		} else if !ok && len(ref) < 64 {
-			require.True(t, h.insert(k, int32(i)))
-			ref[k] = int32(i)
-		}
-		for k, v := range ref {
-			got, ok := h.get(k)
-			require.True(t, ok)
-			require.Equal(t, v, got)
-		}
-		_, ok := h.get(rng.Uint64N(256)*0x10 + 1)
-		require.False(t, ok)
-		for k := range ref {
-			require.False(t, h.insert(k, -5), "present keys are not inserted twice")
-			break
-		}
+// TestBlockPoolModel runs random operations on a block pool and on a
+// plain reference model of vLLM's block pool (a free list in order, a
+// hash → block map with eager eviction) and requires the same answers:
+// which block is taken, what a lookup finds, how many blocks are free.
+func TestBlockPoolModel(t *testing.T) {
+	for _, c := range []struct{ blocks, hashes int }{{40, 2000}, {1000, 3000}} {
+		t.Run(strconv.Itoa(c.blocks), func(t *testing.T) {
+			var p blockPool
+			p.init(c.blocks)
+			rng := rand.New(rand.NewPCG(5, uint64(c.blocks)))
+			hs := make([]uint64, c.hashes)
+			for i := range hs {
+				hs[i] = mix64(uint64(i) + 1)
+			}
+			// Reference model.
+			free := make([]int32, c.blocks)
+			for i := range free {
+				free[i] = int32(i)
+			}
+			ref := make([]int, c.blocks)
+			hashOf := map[int32]uint64{}
+			blockOf := map[uint64]int32{}
+			var held []int32 // one entry per reference
+			removeFree := func(id int32) {
+				for i, f := range free {
+					if f == id {
+						free = append(free[:i], free[i+1:]...)
+						return
+					}
+				}
+				t.Fatalf("block %d not free", id)
+			}
+			for op := range 30000 {
+				switch k := rng.IntN(10); {
+				case k < 3 && len(free) > 0: // take
+					want := free[0]
+					free = free[1:]
+					if h, ok := hashOf[want]; ok {
+						delete(blockOf, h)
+						delete(hashOf, want)
+					}
+					require.Equal(t, want, p.take(), "op %d", op)
+					ref[want] = 1
+					held = append(held, want)
+				case k < 5 && len(held) > 0: // register a held block
+					id := held[rng.IntN(len(held))]
+					h := hs[rng.IntN(len(hs))]
+					p.register(id, h)
+					if _, ok := hashOf[id]; !ok {
+						if _, dup := blockOf[h]; !dup {
+							hashOf[id] = h
+							blockOf[h] = id
+						}
+					}
+				case k < 7 && len(held) > 0: // release one reference
+					i := rng.IntN(len(held))
+					id := held[i]
+					held = append(held[:i], held[i+1:]...)
+					p.release(id)
+					ref[id]--
+					if ref[id] == 0 {
+						free = append(free, id)
+					}
+				default: // look up, and touch a hit
+					h := hs[rng.IntN(len(hs))]
+					want, wantOK := blockOf[h]
+					got, ok := p.lookup(h)
+					require.Equal(t, wantOK, ok, "op %d", op)
+					if ok {
+						require.Equal(t, want, got, "op %d", op)
+						if ref[got] == 0 {
+							removeFree(got)
+						}
+						ref[got]++
+						p.touch(got)
+						held = append(held, got)
+					}
+				}
+				require.Equal(t, len(free), p.numFree, "op %d", op)
+				require.Equal(t, len(blockOf), p.hashed, "op %d", op)
+			}
+			assert.Positive(t, p.table.rebuilds, "stale entries were dropped")
+			assert.LessOrEqual(t, len(p.table.e), p.table.maxLen)
+		})
 	}
+}
+
+func TestBlockPoolTopBitCollision(t *testing.T) {
+	// Two hashes that differ only in the bits a table entry does not keep
+	// share one entry: the later registration wins, and a lookup never
+	// returns a block holding a different hash.
+	var p blockPool
+	p.init(8)
+	a, b := p.take(), p.take()
+	h1 := uint64(0xabcdef0123456789)
+	h2 := h1 ^ 1
+	p.register(a, h1)
+	p.register(b, h2)
+	_, ok := p.lookup(h1)
+	assert.False(t, ok)
+	got, ok := p.lookup(h2)
+	require.True(t, ok)
+	assert.Equal(t, b, got)
 }
 
 func TestEventKindString(t *testing.T) {

@@ -18,13 +18,19 @@ import "math/bits"
 //     (kv_cache_utils.hash_block_tokens).
 
 // blockPool is the set of KV blocks, their reference counts, the free
-// queue and the prefix-cache table. It never allocates after init. A
-// block's fields sit together in one struct so that touching a block costs
-// one cache miss (the simulator is memory-bound on block bookkeeping).
+// queue and the prefix-cache table. A block's fields sit together in one
+// struct so that touching a block costs one cache miss: the simulator is
+// memory-bound on block bookkeeping.
+//
+// The free order is: the never-used blocks [fresh, numBlocks) in id order
+// (vLLM's initial free queue), then the linked queue of freed blocks, least
+// recently freed first.
 type blockPool struct {
 	numBlocks int
-	numFree   int
-	// b holds the blocks plus, at index numBlocks, the free queue's
+	numFree   int   // never-used blocks plus the linked queue
+	fresh     int32 // first never-used block
+	hashed    int   // blocks whose content is registered
+	// b holds the blocks plus, at index numBlocks, the linked queue's
 	// sentinel (its next is the head, its prev the tail).
 	b     []block
 	table hashTable
@@ -37,21 +43,21 @@ type block struct {
 	hashed     bool
 }
 
+// maxBlocks bounds NumBlocks: table entries keep a block id in idBits bits.
+const maxBlocks = 1<<idBits - 2
+
 func (p *blockPool) init(n int) {
 	if p.numBlocks != n || p.b == nil {
 		p.numBlocks = n
 		p.b = make([]block, n+1)
-		p.table.init(n)
 	} else {
 		clear(p.b)
-		p.table.reset()
 	}
-	// All blocks free, in id order, in a ring through the sentinel n.
-	for i := 0; i <= n; i++ {
-		p.b[i].prev = int32((i + n) % (n + 1))
-		p.b[i].next = int32((i + 1) % (n + 1))
-	}
+	p.b[n].prev, p.b[n].next = int32(n), int32(n)
+	p.fresh = 0
 	p.numFree = n
+	p.hashed = 0
+	p.table.init(n)
 }
 
 func (p *blockPool) unlink(id int32) {
@@ -71,23 +77,32 @@ func (p *blockPool) pushTail(id int32) {
 	p.numFree++
 }
 
-// take removes the least recently freed block from the free queue, evicts
-// its prefix-cache entry, and returns it with reference count 1. The
-// caller has checked numFree > 0.
+// take removes the first block in free order, evicts its cached content,
+// and returns it with reference count 1. The caller has checked
+// numFree > 0. The table entry of evicted content is left in place and is
+// recognised as stale by lookups (the block no longer holds that hash).
 func (p *blockPool) take() int32 {
-	id := p.b[p.numBlocks].next
-	p.unlink(id)
+	var id int32
+	if int(p.fresh) < p.numBlocks {
+		id = p.fresh
+		p.fresh++
+		p.numFree--
+	} else {
+		id = p.b[p.numBlocks].next
+		p.unlink(id)
+	}
 	b := &p.b[id]
 	if b.hashed {
-		p.table.remove(b.hash, id)
 		b.hashed = false
+		p.hashed--
 	}
 	b.ref = 1
 	return id
 }
 
 // touch adds a reference to a cached block, taking it off the free queue
-// if no request referenced it.
+// if no request referenced it (a cached block has been used, so it is in
+// the linked queue, not among the never-used ones).
 func (p *blockPool) touch(id int32) {
 	if p.b[id].ref == 0 {
 		p.unlink(id)
@@ -104,6 +119,25 @@ func (p *blockPool) release(id int32) {
 	}
 }
 
+// lookup returns the block holding the content with hash h.
+func (p *blockPool) lookup(h uint64) (int32, bool) {
+	t := &p.table
+	k := h &^ idMask
+	for i := (h >> idBits) & t.mask; ; i = (i + 1) & t.mask {
+		v := t.e[i]
+		if v == 0 {
+			return 0, false
+		}
+		if v&^idMask == k {
+			id := int32(v&idMask) - 1
+			if b := &p.b[id]; b.hashed && b.hash == h {
+				return id, true
+			}
+			return 0, false // stale: the content was evicted
+		}
+	}
+}
+
 // register records block id as holding the content with hash h, unless
 // another block already holds it (then id stays an uncached duplicate).
 func (p *blockPool) register(id int32, h uint64) {
@@ -111,103 +145,105 @@ func (p *blockPool) register(id int32, h uint64) {
 	if b.hashed {
 		return
 	}
-	if p.table.insert(h, id) {
-		b.hash = h
-		b.hashed = true
+	t := &p.table
+	if t.used >= t.limit {
+		p.rebuild()
+	}
+	k := h &^ idMask
+	for i := (h >> idBits) & t.mask; ; i = (i + 1) & t.mask {
+		v := t.e[i]
+		if v == 0 {
+			t.e[i] = k | uint64(id+1)
+			t.used++
+			break
+		}
+		if v&^idMask == k {
+			if ob := &p.b[int32(v&idMask)-1]; ob.hashed && ob.hash == h {
+				return // live duplicate: keep the block already cached
+			}
+			t.e[i] = k | uint64(id+1) // replace a stale entry
+			break
+		}
+	}
+	b.hash, b.hashed = h, true
+	p.hashed++
+}
+
+// rebuild drops the stale entries by re-inserting the registered blocks
+// (found by a sequential scan of the blocks ever used) into a cleared
+// table, doubling it first while that would leave it more than a third
+// full. It allocates only while the table grows.
+func (p *blockPool) rebuild() {
+	t := &p.table
+	size := len(t.e)
+	for 3*p.hashed > size && size < t.maxLen {
+		size *= 2
+	}
+	if size != len(t.e) {
+		t.e = make([]uint64, size)
+		t.mask = uint64(size - 1)
+		t.limit = size * 6 / 10
+	} else {
+		clear(t.e)
+	}
+	t.used = 0
+	t.rebuilds++
+	for id := range p.fresh {
+		b := &p.b[id]
+		if !b.hashed {
+			continue
+		}
+		k := b.hash &^ idMask
+		for i := (b.hash >> idBits) & t.mask; ; i = (i + 1) & t.mask {
+			if t.e[i] == 0 {
+				t.e[i] = k | uint64(id+1)
+				t.used++
+				break
+			}
+			if t.e[i]&^idMask == k {
+				break // two hashes equal in their top bits: keep one
+			}
+		}
 	}
 }
 
-// hashTable maps block hashes to block ids with open addressing, linear
-// probing and backward-shift deletion, sized once for at most n entries.
-// It exists so that steady-state stepping does not allocate (a Go map may
-// reallocate to clear deleted entries).
+// hashTable maps block hashes to block ids with open addressing and
+// linear probing, in 8-byte entries: the hash's top 64-idBits bits and
+// the block id plus one (0 is an empty slot). Entries are never deleted:
+// an entry whose block no longer holds the hash is stale, and rebuild
+// drops stale entries when the table is 60% full. This keeps evicting a
+// block free of table work (one cache miss less per block), and stepping
+// free of allocation once the table has grown (a Go map may reallocate to
+// clear deleted entries).
 type hashTable struct {
-	e    []entry
-	mask uint64
+	e      []uint64
+	mask   uint64
+	used   int // non-empty slots
+	limit  int // rebuild when used reaches it
+	maxLen int // the table grows up to 2·numBlocks rounded up to a power of 2
+	// rebuilds counts rebuilds, for tests.
+	rebuilds int
 }
 
-type entry struct {
-	key uint64
-	val int32 // -1: empty slot
-}
+const (
+	idBits = 25
+	idMask = 1<<idBits - 1
+)
 
 func (t *hashTable) init(n int) {
-	size := 16
-	for size < 2*n {
-		size <<= 1
+	t.maxLen = 1024
+	for t.maxLen < 2*n {
+		t.maxLen <<= 1
 	}
-	t.e = make([]entry, size)
+	size := max(1024, t.maxLen/4)
+	if len(t.e) == size {
+		clear(t.e)
+	} else {
+		t.e = make([]uint64, size)
+	}
 	t.mask = uint64(size - 1)
-	t.reset()
-}
-
-func (t *hashTable) reset() {
-	for i := range t.e {
-		t.e[i].val = -1
-	}
-}
-
-func (t *hashTable) get(k uint64) (int32, bool) {
-	for i := k & t.mask; ; i = (i + 1) & t.mask {
-		e := &t.e[i]
-		if e.val < 0 {
-			return 0, false
-		}
-		if e.key == k {
-			return e.val, true
-		}
-	}
-}
-
-// insert adds k → v unless k is present; it reports whether it added.
-func (t *hashTable) insert(k uint64, v int32) bool {
-	i := k & t.mask
-	for {
-		e := &t.e[i]
-		if e.val < 0 {
-			e.key, e.val = k, v
-			return true
-		}
-		if e.key == k {
-			return false
-		}
-		i = (i + 1) & t.mask
-	}
-}
-
-// remove deletes key k if it maps to v, shifting later entries of the
-// probe run back so lookups need no tombstones (Knuth, TAOCP vol. 3,
-// 6.4, Algorithm R).
-func (t *hashTable) remove(k uint64, v int32) {
-	i := k & t.mask
-	for {
-		e := &t.e[i]
-		if e.val < 0 {
-			return
-		}
-		if e.key == k && e.val == v {
-			break
-		}
-		i = (i + 1) & t.mask
-	}
-	for {
-		t.e[i].val = -1
-		j := i
-		for {
-			j = (j + 1) & t.mask
-			if t.e[j].val < 0 {
-				return
-			}
-			home := t.e[j].key & t.mask
-			// Move j back to i unless its home lies cyclically in (i, j].
-			if (i <= j && (i < home && home <= j)) || (i > j && (i < home || home <= j)) {
-				continue
-			}
-			t.e[i] = t.e[j]
-			i = j
-			break
-		}
-	}
+	t.used = 0
+	t.limit = size * 6 / 10
 }
 
 // mix64 is the SplitMix64 finalizer (Steele, Lea, Flood, "Fast splittable
@@ -301,7 +337,7 @@ func (e *Engine) admit(s *seq, budget int) (int, bool) {
 	maxHit := min(len(s.hashes), (s.numTokens-1)/bs)
 	evictable := 0
 	for j := 0; j < maxHit; j++ {
-		b, ok := e.pool.table.get(s.hashes[j])
+		b, ok := e.pool.lookup(s.hashes[j])
 		if !ok {
 			break
 		}
@@ -391,7 +427,7 @@ func (e *Engine) PrefixHitTokens(r *Request) int {
 	maxHit := min(len(e.scratch.hashes), (r.PromptTokens-1)/e.blockSize)
 	hit := 0
 	for hit < maxHit {
-		if _, ok := e.pool.table.get(e.scratch.hashes[hit]); !ok {
+		if _, ok := e.pool.lookup(e.scratch.hashes[hit]); !ok {
 			break
 		}
 		hit++
