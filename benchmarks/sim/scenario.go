@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -237,19 +238,48 @@ func DefaultScenarios() []Scenario {
 	}
 }
 
-// TraceScenario returns a scenario replaying the user's trace file (a
-// Mooncake .jsonl or an Azure .csv, see workload.LoadFile) on pods.
+// TraceScenario returns a scenario replaying the user's trace file on pods
+// (see LoadTrace for the formats).
 func TraceScenario(path string, pods []Pod) Scenario {
 	return Scenario{
 		Name:        "trace:" + filepath.Base(path),
 		Description: "replay of " + path,
 		Pods:        pods,
 		Build: func(env BuildEnv) (*workload.Workload, error) {
-			w, err := workload.LoadFile(path)
+			w, err := LoadTrace(path)
 			if err != nil {
 				return nil, err
 			}
 			return w.Limit(env.N), nil
 		},
 	}
+}
+
+// LoadTrace reads a trace file: a Mooncake trace (JSON lines with
+// timestamp, input_length, output_length, hash_ids) or an Azure LLM
+// inference trace (CSV with TIMESTAMP, ContextTokens, GeneratedTokens). The
+// format comes from the extension (.jsonl or .json, .csv, as
+// workload.LoadFile) or, for any other name, from the content: a first
+// non-blank byte '{' is Mooncake, anything else Azure.
+func LoadTrace(path string) (*workload.Workload, error) {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".jsonl", ".json", ".csv":
+		return workload.LoadFile(path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	stem := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	var w *workload.Workload
+	if t := bytes.TrimLeft(data, " \t\r\n\ufeff"); len(t) > 0 && t[0] == '{' {
+		w, err = workload.LoadMooncake(bytes.NewReader(data))
+	} else {
+		w, err = workload.LoadAzure(bytes.NewReader(data), stem)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	w.Name = stem
+	return w, nil
 }

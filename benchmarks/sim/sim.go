@@ -351,8 +351,7 @@ func (s *Sim) arrive(ctx context.Context) {
 		Adapter:      wr.Adapter,
 		PromptBlocks: fl.blocks,
 		PromptTokens: wr.PromptTokens,
-		// The trace's output length stands for the client's max_tokens.
-		MaxOutputTokens: wr.OutputTokens,
+		MaxOutputTokens: maxTokens(wr.OutputTokens),
 		Priority:        wr.Priority,
 		SessionKey:      wr.Session,
 	}
@@ -379,6 +378,18 @@ func (s *Sim) arrive(ctx context.Context) {
 	p.routed++
 	p.inTransit++
 	s.q.push(event{at: now + s.cfg.NetworkDelay, kind: evDeliver, pod: i, fl: fl})
+}
+
+// maxTokens is the max_tokens a simulated client sends for a request that
+// will generate n tokens: n rounded up to a power of two, at least 256. It
+// bounds the output within a factor of two, as a client's limit does,
+// without handing any policy the exact length an oracle would know.
+func maxTokens(n int) int {
+	m := 256
+	for m < n {
+		m *= 2
+	}
+	return m
 }
 
 // errRejected is the outcome error of a request its pod's engine refused
