@@ -84,8 +84,8 @@
 // of the total, so a step change of an endpoint's speed is half absorbed
 // after ln 0.5 / ln λ ≈ 23 observations and 90% after 76 for λ = 0.97. On
 // the package's synthetic fleet a 4× endpoint that drops to 1× is ranked
-// behind a 2× one within 14 to 36 of its observations (the tests bound it
-// by 45).
+// behind a 2× one within 18 to 33 of its observations over 20 seeds (the
+// tests bound it by 45).
 //
 // # Wiring
 //

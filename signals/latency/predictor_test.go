@@ -38,8 +38,9 @@ func trainFleet(p *Predictor, clk *fakeClock, rng *rand.Rand, fleet []*synthEndp
 // observations to fit 6 coefficients, so its estimates carry roughly
 // √(6/33) ≈ 0.43 of the 10% noise, plus the error of converting scraped
 // queue lengths to tokens with a learned mean prompt size. Over 20 seeds
-// the worst endpoint's median error was 5.9%, short prompts' 9.5% on
-// average, and 18 of about 4000 short pairs were ranked wrongly.
+// the worst endpoint's median error was 5.0% (mean 1.8%), short prompts'
+// 9.5% on average, and 1.8% of the distinguishable short pairs were ranked
+// wrongly.
 func TestPredictorLearnsHeterogeneousFleet(t *testing.T) {
 	const n = 200
 	for _, seed := range []uint64{1, 2, 3} {
@@ -114,8 +115,8 @@ func TestPredictorLearnsHeterogeneousFleet(t *testing.T) {
 // observations is about λ^k·old + (1 − λ^k)·new, so its prediction for a
 // fixed request passes the 2× endpoint's (3·(1 − λ^k) > 1) after
 // ln(2/3)/ln(0.97) ≈ 14 observations; the relative weighting gives the
-// slower new observations a little less weight and stretches that (14 to
-// 36 over 20 seeds). Stated bound: detected within 45 observations, and
+// slower new observations a little less weight and stretches that (18 to
+// 33 over 20 seeds). Stated bound: detected within 45 observations, and
 // after 150 (λ^150 < 1%) the median relative error against the new truth
 // is back within 8%.
 func TestPredictorDetectsSlowdown(t *testing.T) {
@@ -397,16 +398,30 @@ func TestPredictorFeatures(t *testing.T) {
 		return e
 	}
 
-	// First dispatch: the counters delta gives 1200 uncached of 2000.
 	r1 := &signals.Request{PromptTokens: 2000, Adapter: "cold"}
 	e := dispatch(r1, 1200)
-	// Counters at the first sight include the background dispatch: no
-	// baseline, so the whole prompt counts as uncached.
+	// Counters at the first sight include the background dispatch: the
+	// mean of both, (3000 + 1200)/2 = 2100, capped at the prompt's 2000.
 	assert.InDelta(t, 2.0, e.x[fUncached], 1e-12)
 
 	r2 := &signals.Request{PromptTokens: 1000, Adapter: "cold"}
 	e = dispatch(r2, 400)
 	assert.InDelta(t, 0.4, e.x[fUncached], 1e-12, "uncached from the counters")
+
+	t.Run("concurrent dispatches share the mean", func(t *testing.T) {
+		ep := signals.NewEndpoint(signals.EndpointSpec{Name: "c"})
+		ra, rb := &signals.Request{PromptTokens: 1000}, &signals.Request{PromptTokens: 1000}
+		ep.Dispatch(200)
+		ep.Dispatch(600)
+		p.Dispatched(ra, ep)
+		p.Dispatched(rb, ep)
+		ea, ok := p.pending.take(pendingKey{ra, ep})
+		require.True(t, ok)
+		eb, ok := p.pending.take(pendingKey{rb, ep})
+		require.True(t, ok)
+		assert.InDelta(t, 0.4, ea.x[fUncached], 1e-12, "(200 + 600)/2")
+		assert.InDelta(t, 0.4, eb.x[fUncached], 1e-12, "reused by the second")
+	})
 	// Queued: in flight 3000 + 1200 (+ 400, removed) plus 2 scraped waiting
 	// (+2 dispatched since the scrape, minus this one = 3) × mean prompt.
 	// The mean prompt is 2000 after r1 (running mean of one).
