@@ -347,10 +347,10 @@ func (s *Sim) arrive(ctx context.Context) {
 	}
 	fl.blocks = s.text.hash(fl.blocks[:0], s.cfg.Model, wr.Adapter, wr.Blocks, wr.BlockTokens, wr.PromptTokens)
 	fl.sreq = signals.Request{
-		Model:        s.cfg.Model,
-		Adapter:      wr.Adapter,
-		PromptBlocks: fl.blocks,
-		PromptTokens: wr.PromptTokens,
+		Model:           s.cfg.Model,
+		Adapter:         wr.Adapter,
+		PromptBlocks:    fl.blocks,
+		PromptTokens:    wr.PromptTokens,
 		MaxOutputTokens: maxTokens(wr.OutputTokens),
 		Priority:        wr.Priority,
 		SessionKey:      wr.Session,
