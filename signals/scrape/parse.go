@@ -98,6 +98,8 @@ type compiledMap struct {
 	pairs  [][2]int32
 	lora   *LoRAInfo
 	cache  *CacheConfigInfo
+	// lengths[n] says whether some wanted name is n bytes long.
+	lengths [256]bool
 }
 
 func compile(m *MetricMap) (*compiledMap, error) {
@@ -113,6 +115,9 @@ func compile(m *MetricMap) (*compiledMap, error) {
 			cm.names = append(cm.names, nil)
 		}
 		cm.names[id] = append(cm.names[id], t)
+		if len(name) < len(cm.lengths) {
+			cm.lengths[len(name)] = true
+		}
 	}
 	addSlot := func(s Selector, def Aggregation, counter bool) int32 {
 		agg := s.Aggregation
@@ -190,6 +195,9 @@ type Parser struct {
 	pairs    []labelPair
 	scratch  []byte
 
+	lastName []byte // a sub-slice of the page being parsed
+	lastID   int32
+
 	loraFound            bool
 	loraBest             float64
 	loraRun, loraWait    []byte
@@ -222,6 +230,7 @@ func (p *Parser) reset() {
 		*a = acc{hashes: a.hashes[:0]}
 	}
 	clear(p.typeSeen)
+	p.lastName, p.lastID = nil, -1
 	p.loraFound = false
 	p.loraBest = 0
 	p.loraRun = p.loraRun[:0]
@@ -241,6 +250,12 @@ func (p *Parser) reset() {
 // page truncated in transit). Lines of other families are not validated
 // beyond their metric name.
 func (p *Parser) Parse(page []byte) (Page, error) {
+	pg, err := p.parse(page)
+	p.lastName = nil // do not retain the page
+	return pg, err
+}
+
+func (p *Parser) parse(page []byte) (Page, error) {
 	p.reset()
 	if len(page) == 0 {
 		return Page{}, ErrEmptyPage
@@ -315,8 +330,8 @@ func (p *Parser) line(l []byte) string {
 	if d := l[j]; d != '{' && !isBlank(d) {
 		return fmt.Sprintf("unexpected %q in metric name", d)
 	}
-	id, ok := p.cm.index[string(l[i:j])]
-	if !ok {
+	id := p.lookup(l[i:j])
+	if id < 0 {
 		return ""
 	}
 	return p.sample(id, l[j:])
@@ -352,6 +367,24 @@ func quotedName(l []byte) string {
 	return ""
 }
 
+// lookup returns the index of a wanted sample name, or -1. Most lines are
+// rejected by their name's length alone; consecutive lines of one family
+// (histogram buckets) reuse the previous answer without hashing.
+func (p *Parser) lookup(name []byte) int32 {
+	if n := len(name); n < len(p.cm.lengths) && !p.cm.lengths[n] {
+		return -1
+	}
+	if p.lastName != nil && bytes.Equal(name, p.lastName) {
+		return p.lastID
+	}
+	id, ok := p.cm.index[string(name)]
+	if !ok {
+		id = -1
+	}
+	p.lastName, p.lastID = name, id
+	return id
+}
+
 // comment handles "# TYPE name type" lines of the families the map reads: a
 // family declared twice makes its signals unknown (which declaration is
 // right cannot be told).
@@ -374,8 +407,8 @@ func (p *Parser) comment(l []byte) {
 	for j < len(l) && !isBlank(l[j]) {
 		j++
 	}
-	id, ok := p.cm.index[string(l[i:j])]
-	if !ok {
+	id := p.lookup(l[i:j])
+	if id < 0 {
 		return
 	}
 	if p.typeSeen[id] {

@@ -1,9 +1,14 @@
 package scrape
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/inferroute/inferroute/signals"
 )
 
 // engineOf returns the built-in engine whose map reads a fixture file.
@@ -54,5 +59,32 @@ func BenchmarkScrapeParse(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkScrape measures one whole scrape of the vLLM V0 page over
+// loopback HTTP (request, read, parse, snapshot, publication), server side
+// included. It is context for the parse numbers, not a target.
+func BenchmarkScrape(b *testing.B) {
+	page := readFixture(b, "vllm-v0.prom")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_, _ = w.Write(page)
+	}))
+	defer srv.Close()
+	ep := signals.NewEndpoint(signals.EndpointSpec{Name: "v", Address: srv.Listener.Addr().String()})
+	s, err := New(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Stop()
+	s.SetEndpoints([]*signals.Endpoint{ep})
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetBytes(int64(len(page)))
+	for b.Loop() {
+		if err := s.Scrape(ctx, ep); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
