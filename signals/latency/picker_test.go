@@ -2,6 +2,7 @@ package latency_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -85,5 +86,69 @@ func TestPickerLearnsFastestEndpoint(t *testing.T) {
 			assert.InDelta(t, 4000*speeds[ep.Name], tp, 0.1*4000*speeds[ep.Name], "%s throughput", ep.Name)
 		}
 		assert.False(t, math.IsNaN(e.PerKiloToken))
+	}
+}
+
+// TestPickerSLO wires the SLO filter and the SLO admitter into the real
+// picker after the predictor has learned a 1×/4× fleet (TTFT = 30 ms +
+// prompt / (4000 tokens/s × speed); for 2000 tokens 0.53 s and 0.155 s).
+func TestPickerSLO(t *testing.T) {
+	clk := &stepClock{t: time.Unix(1_700_000_000, 0)}
+	pred := latency.New(latency.Config{Clock: clk})
+	slow := signals.NewEndpoint(signals.EndpointSpec{Name: "slow"})
+	fast := signals.NewEndpoint(signals.EndpointSpec{Name: "fast"})
+	speeds := map[*signals.Endpoint]float64{slow: 1, fast: 4}
+	for i := 0; i < 50; i++ {
+		for ep, speed := range speeds {
+			r := &signals.Request{PromptTokens: 500 + 60*i}
+			ep.Dispatch(r.PromptTokens)
+			pred.Dispatched(r, ep)
+			ep.Complete(r.PromptTokens)
+			ttft := 0.03 + float64(r.PromptTokens)/(4000*speed)
+			pred.Completed(r, ep, signals.Outcome{TTFT: time.Duration(ttft * float64(time.Second))})
+			clk.t = clk.t.Add(10 * time.Millisecond)
+		}
+	}
+
+	reg := scorer.NewRegistry()
+	require.NoError(t, reg.RegisterFilter("slo-under-test", scorer.NewSLOFilterFromParams))
+	admit, err := scorer.NewSLOAdmitter(scorer.DefaultSLOParams(), scorer.Env{Estimator: pred})
+	require.NoError(t, err)
+	p, err := picker.New(picker.Config{Filters: []picker.Plugin{{Name: "slo-under-test"}}},
+		picker.WithClock(clk), picker.WithRegistry(reg), picker.WithLatencyEstimator(pred), picker.WithAdmitter(admit))
+	require.NoError(t, err)
+	p.SetEndpoints([]*signals.Endpoint{slow, fast})
+
+	tests := []struct {
+		name     string
+		priority int
+		slo      time.Duration
+		want     string // endpoint name, or "" for a rejection
+	}{
+		{name: "no SLO", priority: -1},
+		{name: "met by the fast endpoint only", priority: -1, slo: 300 * time.Millisecond, want: "fast"},
+		{name: "met by nobody, default priority: fail open to the best", priority: 0, slo: 50 * time.Millisecond, want: "fast"},
+		{name: "met by nobody, sheddable: rejected", priority: -1, slo: 50 * time.Millisecond, want: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := &signals.Request{PromptTokens: 2000, Priority: tt.priority, SLO: signals.SLO{TTFT: tt.slo}}
+			res, err := p.Pick(context.Background(), req)
+			defer res.Done(signals.Outcome{Err: errors.New("not sent")})
+			if tt.slo == 0 {
+				// Without an SLO nothing is filtered or shed: either may win.
+				require.NoError(t, err)
+				return
+			}
+			if tt.want == "" {
+				require.ErrorIs(t, err, picker.ErrSaturated)
+				var pe *picker.Error
+				require.ErrorAs(t, err, &pe)
+				assert.Contains(t, pe.Reason, "no endpoint predicted to meet its SLO")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, res.Endpoint.Name)
+		})
 	}
 }
