@@ -194,7 +194,7 @@ type epState struct {
 
 	pubT, pubG seqVec // published coefficients
 	n, nG      atomicFloat
-	avgPrompt  atomicFloat  // EW mean of uncached prompt tokens dispatched
+	avgPrompt  atomicFloat  // mean uncached prompt tokens dispatched (see Dispatched)
 	lastSample atomic.Int64 // unix ns of the last TTFT observation
 	lastActive atomic.Int64 // unix ns of the last dispatch or completion
 }
@@ -430,10 +430,12 @@ func (p *Predictor) Dispatched(req *signals.Request, ep *signals.Endpoint) {
 	}
 	st := p.state(ep)
 	now := p.cfg.Clock.Now()
-	c := ep.Counters()
 	promptTokens := bound(float64(req.PromptTokens), maxPromptTokens)
 
 	st.mu.Lock()
+	// Read under the lock: counters only grow, so successive holders see
+	// successive values and the deltas below never go negative.
+	c := ep.Counters()
 	// The picker dispatched PromptTokens × (1 − match) uncached tokens and
 	// does not tell observers the match; the endpoint's counters do. When
 	// exactly one dispatch happened since the last one seen here, the token
