@@ -13,6 +13,7 @@ import (
 
 	"github.com/inferroute/inferroute/benchmarks/engine"
 	"github.com/inferroute/inferroute/signals"
+	"github.com/inferroute/inferroute/signals/latency"
 	"github.com/inferroute/inferroute/signals/prefix"
 )
 
@@ -274,8 +275,9 @@ func (p *Pod) Profile() string { return p.opts.Profile }
 func (p *Pod) Model() string { return p.model }
 
 // Spec returns the endpoint description of the pod for the library: its
-// name, address, engine "vllm", model, adapters and a "gpu" label holding
-// the profile name. The Adapters slice is fresh.
+// name, address, engine "vllm", model, adapters and the latency
+// predictor's GPU label (latency.LabelGPU) holding the profile name, as the
+// simulator labels its pods. The Adapters slice is fresh.
 func (p *Pod) Spec() signals.EndpointSpec {
 	return signals.EndpointSpec{
 		Name:     p.name,
@@ -283,7 +285,7 @@ func (p *Pod) Spec() signals.EndpointSpec {
 		Engine:   "vllm",
 		Model:    p.model,
 		Adapters: append([]string(nil), p.opts.Adapters...),
-		Labels:   map[string]string{"gpu": p.opts.Profile},
+		Labels:   map[string]string{latency.LabelGPU: p.opts.Profile},
 	}
 }
 
