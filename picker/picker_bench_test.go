@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/inferroute/inferroute/signals"
+	"github.com/inferroute/inferroute/signals/latency"
+	"github.com/inferroute/inferroute/signals/prefix"
 	"github.com/inferroute/inferroute/signals/signalstest"
 )
 
@@ -29,16 +31,35 @@ func BenchmarkPick(b *testing.B) {
 	for _, n := range []int{8, 64, 512} {
 		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
 			clk := signalstest.NewClock(epoch.Add(20 * time.Millisecond))
-			p, err := New(benchConfig(), WithClock(clk))
+			idx, err := prefix.NewIndex(prefix.IndexConfig{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			pred := latency.New(latency.Config{Clock: clk})
+			p, err := New(DefaultConfig(), WithClock(clk), WithPrefixMatcher(idx), WithLatencyEstimator(pred))
 			if err != nil {
 				b.Fatal(err)
 			}
 			p.SetEndpoints(benchEndpoints(n))
-			req := &signals.Request{Model: "m", PromptTokens: 2000, PromptBlocks: make([]uint64, 125)}
-			for i := range req.PromptBlocks {
-				req.PromptBlocks[i] = uint64(i)*0x9e3779b97f4a7c15 + 1
-			}
+			// A 2000-token prompt (125 blocks of 16 tokens) that shares its
+			// first 64 blocks with prompts already routed around the fleet.
+			h := prefix.NewHasher(prefix.HashConfig{})
 			ctx := context.Background()
+			text := make([]byte, 8000)
+			for i := range text {
+				text[i] = byte('a' + i*7%26)
+			}
+			warm := &signals.Request{Model: "m", PromptTokens: 1024}
+			warm.PromptBlocks = h.HashText(nil, "m", "", text[:4096])
+			for i := 0; i < 2*n; i++ {
+				res, err := p.Pick(ctx, warm)
+				if err != nil {
+					b.Fatal(err)
+				}
+				res.Done(DoneInfo{TTFT: 80 * time.Millisecond, Latency: time.Second, PromptTokens: 1024})
+			}
+			req := &signals.Request{Model: "m", PromptTokens: 2000}
+			req.PromptBlocks = h.HashText(nil, "m", "", text)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {

@@ -253,5 +253,8 @@ func NewRegistry() *Registry {
 	must(r.RegisterScorer(ScorerTokenLoad, func(p Params, _ Env) (Scorer, error) {
 		return TokenLoadScorer{}, noParams(ScorerTokenLoad, p)
 	}))
+	must(r.RegisterScorer(ScorerPrefix, NewPrefixScorerFromParams))
+	must(r.RegisterScorer(ScorerLatency, NewLatencyScorerFromParams))
+	must(r.RegisterFilter(FilterSLO, NewSLOFilterFromParams))
 	return r
 }
