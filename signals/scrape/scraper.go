@@ -46,6 +46,10 @@ type Config struct {
 	// MaxBackoff bounds the exponential backoff between the scrapes of a
 	// failing endpoint (interval × 2^failures). Default 5 s.
 	MaxBackoff time.Duration
+	// EngineLabel is the endpoint label that names the engine when
+	// EndpointSpec.Engine is empty. Default "engine"; "-" disables it. An
+	// endpoint with neither is read with the vLLM map.
+	EngineLabel string
 	// Engines are user-defined metric maps by engine name (compared
 	// case-insensitively); they take precedence over the built-in maps of
 	// the same name. Nil means built-in maps only.
@@ -61,6 +65,7 @@ const (
 	DefaultConcurrency      = 32
 	DefaultFailureThreshold = 3
 	DefaultMaxBackoff       = 5 * time.Second
+	DefaultEngineLabel      = "engine"
 )
 
 func (c Config) withDefaults() Config {
@@ -85,6 +90,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.FailureThreshold <= 0 {
 		c.FailureThreshold = DefaultFailureThreshold
+	}
+	if c.EngineLabel == "" {
+		c.EngineLabel = DefaultEngineLabel
 	}
 	if c.MaxBackoff <= 0 {
 		c.MaxBackoff = DefaultMaxBackoff
@@ -337,7 +345,11 @@ func (s *Scraper) SetEndpoints(eps []*signals.Endpoint) {
 
 func (s *Scraper) newTarget(ep *signals.Endpoint) *target {
 	t := &target{ep: ep, heapIdx: -1, tel: s.tel.forEndpoint(ep.Name)}
-	engine := strings.ToLower(ep.Engine)
+	engine := ep.Engine
+	if engine == "" && s.cfg.EngineLabel != "-" {
+		engine = ep.Labels[s.cfg.EngineLabel]
+	}
+	engine = strings.ToLower(engine)
 	if engine == "" {
 		engine = EngineVLLM
 	}

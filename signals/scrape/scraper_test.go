@@ -276,7 +276,14 @@ func TestScrapeBadInput(t *testing.T) {
 			if c.reason == ReasonTimeout {
 				timeout = 100 * time.Millisecond
 			}
-			s := newTestScraper(t, Config{Timeout: timeout}, WithClock(newFakeClock()))
+			// The streamed page is cut at 256 KiB rather than the default
+			// 4 MiB to keep the race-detector run short; the declared page
+			// is refused by the default cap.
+			var maxBytes int64
+			if c.name == "50 MB streamed page" {
+				maxBytes = 256 << 10
+			}
+			s := newTestScraper(t, Config{Timeout: timeout, MaxPageBytes: maxBytes}, WithClock(newFakeClock()))
 			s.SetEndpoints([]*signals.Endpoint{ep})
 			for i := 0; i < DefaultFailureThreshold; i++ {
 				err := s.Scrape(context.Background(), ep)
@@ -387,6 +394,41 @@ myserver_adapters{active="a, b",queued="",slots="2"} 5
 
 	_, err = New(Config{Engines: map[string]*MetricMap{"broken": {Running: []Selector{{}}}}})
 	assert.Error(t, err)
+}
+
+func TestEngineSelection(t *testing.T) {
+	srv := newPageServer(t, "tgi_queue_size 4\nvllm:num_requests_waiting 9\n")
+	cases := []struct {
+		name   string
+		spec   signals.EndpointSpec
+		label  string
+		engine string // "" = unknown engine error
+		want   signals.Reading
+	}{
+		{"default is vllm", signals.EndpointSpec{}, "", EngineVLLM, known(9)},
+		{"spec field", signals.EndpointSpec{Engine: "TGI"}, "", EngineTGI, known(4)},
+		{"label", signals.EndpointSpec{Labels: map[string]string{"engine": "tgi"}}, "", EngineTGI, known(4)},
+		{"spec beats label", signals.EndpointSpec{Engine: "vllm", Labels: map[string]string{"engine": "tgi"}}, "", EngineVLLM, known(9)},
+		{"custom label key", signals.EndpointSpec{Labels: map[string]string{"server": "tgi"}}, "server", EngineTGI, known(4)},
+		{"label lookup disabled", signals.EndpointSpec{Labels: map[string]string{"engine": "tgi"}}, "-", EngineVLLM, known(9)},
+		{"unknown", signals.EndpointSpec{Labels: map[string]string{"engine": "llamacpp"}}, "", "", unknown},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			spec := c.spec
+			spec.Name, spec.Address = "e", srv.addr()
+			ep := signals.NewEndpoint(spec)
+			s := newTestScraper(t, Config{EngineLabel: c.label}, WithClock(newFakeClock()))
+			s.SetEndpoints([]*signals.Endpoint{ep})
+			err := s.Scrape(context.Background(), ep)
+			if c.engine == "" {
+				assert.ErrorIs(t, err, ErrUnknownEngine)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, c.want, ep.Metrics().Waiting)
+		})
+	}
 }
 
 func TestNegativeAndNonFiniteValues(t *testing.T) {
