@@ -720,7 +720,7 @@ func TestBlockPoolModel(t *testing.T) {
 			rng := rand.New(rand.NewPCG(5, uint64(c.blocks)))
 			hs := make([]uint64, c.hashes)
 			for i := range hs {
-				hs[i] = mix64(uint64(i) + 1)
+				hs[i] = mix64(uint64(i)+1) | 1
 			}
 			// Reference model.
 			free := make([]int32, c.blocks)
@@ -731,6 +731,7 @@ func TestBlockPoolModel(t *testing.T) {
 			hashOf := map[int32]uint64{}
 			blockOf := map[uint64]int32{}
 			var held []int32 // one entry per reference
+			releases := 0
 			removeFree := func(id int32) {
 				for i, f := range free {
 					if f == id {
@@ -767,6 +768,7 @@ func TestBlockPoolModel(t *testing.T) {
 					id := held[i]
 					held = append(held[:i], held[i+1:]...)
 					p.release(id)
+					releases++
 					ref[id]--
 					if ref[id] == 0 {
 						free = append(free, id)
@@ -790,6 +792,7 @@ func TestBlockPoolModel(t *testing.T) {
 				require.Equal(t, len(blockOf), p.hashed, "op %d", op)
 			}
 			assert.Positive(t, p.table.rebuilds, "stale entries were dropped")
+			assert.Greater(t, releases, 1024, "more frees than the initial ring holds: it was compacted")
 			assert.LessOrEqual(t, len(p.table.e), p.table.maxLen)
 		})
 	}

@@ -7,8 +7,9 @@ import "math/bits"
 // vllm/v1/core/block_pool.py, vllm/v1/core/kv_cache_utils.py):
 //
 //   - blocks are reference counted; a block no request references sits in
-//     a doubly linked free queue (FreeKVCacheBlockQueue) and keeps its
-//     cached content until it is reused, so it can still be hit;
+//     the free queue (vLLM's FreeKVCacheBlockQueue, a doubly linked list;
+//     here an equivalent ring, see blockPool) and keeps its cached content
+//     until it is reused, so it can still be hit;
 //   - a new block is taken from the head of the free queue (the least
 //     recently freed), evicting its prefix-cache entry;
 //   - a request's blocks are freed in reverse order, so that its tail
@@ -18,29 +19,40 @@ import "math/bits"
 //     (kv_cache_utils.hash_block_tokens).
 
 // blockPool is the set of KV blocks, their reference counts, the free
-// queue and the prefix-cache table. A block's fields sit together in one
-// struct so that touching a block costs one cache miss: the simulator is
+// queue and the prefix-cache table. A block's fields fit in 16 bytes so
+// that touching a block costs at most one cache miss: the simulator is
 // memory-bound on block bookkeeping.
 //
 // The free order is: the never-used blocks [fresh, numBlocks) in id order
-// (vLLM's initial free queue), then the linked queue of freed blocks, least
-// recently freed first.
+// (vLLM's initial free queue), then the freed blocks, least recently freed
+// first. vLLM keeps the freed blocks in a doubly linked list so that a
+// prefix hit can take a block out of the middle; here they sit in a ring
+// of (block, generation) entries in the order they were freed, and an
+// entry is valid only while its block is unreferenced and has not been
+// freed again since. Taking a block then walks an array instead of chasing
+// list pointers, so the cache misses of consecutive takes overlap; the
+// order is the same as the linked list's.
 type blockPool struct {
 	numBlocks int
-	numFree   int   // never-used blocks plus the linked queue
+	numFree   int   // never-used blocks plus unreferenced used blocks
 	fresh     int32 // first never-used block
 	hashed    int   // blocks whose content is registered
-	// b holds the blocks plus, at index numBlocks, the linked queue's
-	// sentinel (its next is the head, its prev the tail).
-	b     []block
-	table hashTable
+	b         []block
+	// ring[head..tail) (positions mod len(ring)) are the freed blocks.
+	ring       []freeEntry
+	head, tail uint64
+	table      hashTable
 }
 
 type block struct {
-	hash       uint64 // content hash, valid when hashed
-	prev, next int32  // free-queue links, valid when ref == 0
-	ref        int32
-	hashed     bool
+	hash uint64 // content hash; 0 when the block holds no cached content
+	gen  uint32 // incremented each time the block is freed
+	ref  int32
+}
+
+type freeEntry struct {
+	id  int32
+	gen uint32
 }
 
 // maxBlocks bounds NumBlocks: table entries keep a block id in idBits bits.
@@ -49,32 +61,18 @@ const maxBlocks = 1<<idBits - 2
 func (p *blockPool) init(n int) {
 	if p.numBlocks != n || p.b == nil {
 		p.numBlocks = n
-		p.b = make([]block, n+1)
+		p.b = make([]block, n)
 	} else {
 		clear(p.b)
 	}
-	p.b[n].prev, p.b[n].next = int32(n), int32(n)
+	if p.ring == nil {
+		p.ring = make([]freeEntry, 1024)
+	}
+	p.head, p.tail = 0, 0
 	p.fresh = 0
 	p.numFree = n
 	p.hashed = 0
 	p.table.init(n)
-}
-
-func (p *blockPool) unlink(id int32) {
-	b := &p.b[id]
-	p.b[b.prev].next = b.next
-	p.b[b.next].prev = b.prev
-	p.numFree--
-}
-
-func (p *blockPool) pushTail(id int32) {
-	s := int32(p.numBlocks)
-	t := p.b[s].prev
-	p.b[t].next = id
-	p.b[id].prev = t
-	p.b[id].next = s
-	p.b[s].prev = id
-	p.numFree++
 }
 
 // take removes the first block in free order, evicts its cached content,
@@ -86,36 +84,75 @@ func (p *blockPool) take() int32 {
 	if int(p.fresh) < p.numBlocks {
 		id = p.fresh
 		p.fresh++
-		p.numFree--
 	} else {
-		id = p.b[p.numBlocks].next
-		p.unlink(id)
+		mask := uint64(len(p.ring) - 1)
+		for {
+			e := p.ring[p.head&mask]
+			p.head++
+			if b := &p.b[e.id]; b.ref == 0 && b.gen == e.gen {
+				id = e.id
+				break
+			}
+		}
 	}
+	p.numFree--
 	b := &p.b[id]
-	if b.hashed {
-		b.hashed = false
+	if b.hash != 0 {
+		b.hash = 0
 		p.hashed--
 	}
 	b.ref = 1
 	return id
 }
 
-// touch adds a reference to a cached block, taking it off the free queue
-// if no request referenced it (a cached block has been used, so it is in
-// the linked queue, not among the never-used ones).
+// touch adds a reference to a cached block, taking it out of the free
+// order if no request referenced it (its ring entry becomes invalid).
 func (p *blockPool) touch(id int32) {
-	if p.b[id].ref == 0 {
-		p.unlink(id)
+	b := &p.b[id]
+	if b.ref == 0 {
+		p.numFree--
 	}
-	p.b[id].ref++
+	b.ref++
 }
 
 // release drops a reference; an unreferenced block goes to the tail of the
-// free queue, still cached.
+// free order, still cached.
 func (p *blockPool) release(id int32) {
-	p.b[id].ref--
-	if p.b[id].ref == 0 {
-		p.pushTail(id)
+	b := &p.b[id]
+	b.ref--
+	if b.ref != 0 {
+		return
+	}
+	if p.tail-p.head == uint64(len(p.ring)) {
+		p.compactRing()
+	}
+	b.gen++
+	p.ring[p.tail&uint64(len(p.ring)-1)] = freeEntry{id: id, gen: b.gen}
+	p.tail++
+	p.numFree++
+}
+
+// compactRing drops the invalid entries of a full ring, keeping the order
+// of the valid ones, and doubles the ring if that frees less than half of
+// it (valid entries never exceed numBlocks, so the ring stops growing at
+// 2·numBlocks). It allocates only while the ring grows.
+func (p *blockPool) compactRing() {
+	mask := uint64(len(p.ring) - 1)
+	w := p.head
+	for r := p.head; r < p.tail; r++ {
+		e := p.ring[r&mask]
+		if b := &p.b[e.id]; b.ref == 0 && b.gen == e.gen {
+			p.ring[w&mask] = e
+			w++
+		}
+	}
+	p.tail = w
+	if n := p.tail - p.head; 2*n > uint64(len(p.ring)) {
+		grown := make([]freeEntry, 2*len(p.ring))
+		for i := range n {
+			grown[i] = p.ring[(p.head+i)&mask]
+		}
+		p.ring, p.head, p.tail = grown, 0, n
 	}
 }
 
@@ -130,7 +167,7 @@ func (p *blockPool) lookup(h uint64) (int32, bool) {
 		}
 		if v&^idMask == k {
 			id := int32(v&idMask) - 1
-			if b := &p.b[id]; b.hashed && b.hash == h {
+			if p.b[id].hash == h {
 				return id, true
 			}
 			return 0, false // stale: the content was evicted
@@ -138,11 +175,12 @@ func (p *blockPool) lookup(h uint64) (int32, bool) {
 	}
 }
 
-// register records block id as holding the content with hash h, unless
-// another block already holds it (then id stays an uncached duplicate).
+// register records block id as holding the content with hash h (never
+// 0: hashPrompt sets the low bit), unless another block already holds it
+// (then id stays an uncached duplicate).
 func (p *blockPool) register(id int32, h uint64) {
 	b := &p.b[id]
-	if b.hashed {
+	if b.hash != 0 {
 		return
 	}
 	t := &p.table
@@ -158,14 +196,14 @@ func (p *blockPool) register(id int32, h uint64) {
 			break
 		}
 		if v&^idMask == k {
-			if ob := &p.b[int32(v&idMask)-1]; ob.hashed && ob.hash == h {
+			if p.b[int32(v&idMask)-1].hash == h {
 				return // live duplicate: keep the block already cached
 			}
 			t.e[i] = k | uint64(id+1) // replace a stale entry
 			break
 		}
 	}
-	b.hash, b.hashed = h, true
+	b.hash = h
 	p.hashed++
 }
 
@@ -190,7 +228,7 @@ func (p *blockPool) rebuild() {
 	t.rebuilds++
 	for id := range p.fresh {
 		b := &p.b[id]
-		if !b.hashed {
+		if b.hash == 0 {
 			continue
 		}
 		k := b.hash &^ idMask
@@ -309,7 +347,7 @@ func (e *Engine) hashPrompt(s *seq) {
 			id := r.Blocks[j/per]
 			for off := j % per; off < per && j < full; off++ {
 				h = chain(h, blockKey(id, off*bs))
-				s.hashes = append(s.hashes, h)
+				s.hashes = append(s.hashes, h|1)
 				j++
 			}
 		}
@@ -322,7 +360,7 @@ func (e *Engine) hashPrompt(s *seq) {
 		for c := first + 1; c <= last; c++ {
 			h = chain(h, r.Blocks[c])
 		}
-		s.hashes = append(s.hashes, h)
+		s.hashes = append(s.hashes, h|1)
 	}
 }
 
