@@ -55,9 +55,10 @@
 // 6×6 Cholesky factorisation after each observation (see model for the
 // method and its citations: Ljung and Söderström 1983; Haykin 2002;
 // Gunnarsson 1996). Observations are weighted for relative error, because
-// latency noise is multiplicative (Carroll and Ruppert 1988). Updates cost
-// well under a microsecond and predictions a few tens of nanoseconds
-// without allocation (see the benchmarks); the ridge term keeps the system
+// latency noise is multiplicative (Carroll and Ruppert 1988). A request's
+// whole update (pairing, both models, the pool prior) costs a few
+// microseconds and a prediction on the order of a hundred nanoseconds,
+// neither allocating (BenchmarkUpdate, BenchmarkPredict); the ridge term keeps the system
 // positive definite, so it cannot wind up or lose definiteness however
 // degenerate the inputs, and every feature and target is clamped to a
 // finite range, so no input produces NaN.
@@ -86,6 +87,14 @@
 // the package's synthetic fleet a 4× endpoint that drops to 1× is ranked
 // behind a 2× one within 18 to 33 of its observations over 20 seeds (the
 // tests bound it by 45).
+//
+// # Effect
+//
+// In a closed-loop test (fleet_test.go) the real picker with this predictor
+// and the latency scorer alone serves a 1×/2×/4× fleet of FIFO prefill
+// queues at 70% load with a mean TTFT of 249 ms, against 310 ms for
+// least-in-flight, which keeps feeding the slow card, and 21 s for
+// round-robin, which overloads it.
 //
 // # Wiring
 //
