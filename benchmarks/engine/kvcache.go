@@ -209,18 +209,18 @@ func (p *blockPool) register(id int32, h uint64) {
 
 // rebuild drops the stale entries by re-inserting the registered blocks
 // (found by a sequential scan of the blocks ever used) into a cleared
-// table, doubling it first while that would leave it more than a third
+// table, doubling it first while that would leave it more than a quarter
 // full. It allocates only while the table grows.
 func (p *blockPool) rebuild() {
 	t := &p.table
 	size := len(t.e)
-	for 3*p.hashed > size && size < t.maxLen {
+	for 4*p.hashed > size && size < t.maxLen {
 		size *= 2
 	}
 	if size != len(t.e) {
 		t.e = make([]uint64, size)
 		t.mask = uint64(size - 1)
-		t.limit = size * 6 / 10
+		t.limit = size / 2
 	} else {
 		clear(t.e)
 	}
@@ -249,7 +249,7 @@ func (p *blockPool) rebuild() {
 // linear probing, in 8-byte entries: the hash's top 64-idBits bits and
 // the block id plus one (0 is an empty slot). Entries are never deleted:
 // an entry whose block no longer holds the hash is stale, and rebuild
-// drops stale entries when the table is 60% full. This keeps evicting a
+// drops stale entries when the table is half full. This keeps evicting a
 // block free of table work (one cache miss less per block), and stepping
 // free of allocation once the table has grown (a Go map may reallocate to
 // clear deleted entries).
@@ -258,7 +258,7 @@ type hashTable struct {
 	mask   uint64
 	used   int // non-empty slots
 	limit  int // rebuild when used reaches it
-	maxLen int // the table grows up to 2·numBlocks rounded up to a power of 2
+	maxLen int // the table grows up to 4·numBlocks rounded up to a power of 2
 	// rebuilds counts rebuilds, for tests.
 	rebuilds int
 }
@@ -270,10 +270,10 @@ const (
 
 func (t *hashTable) init(n int) {
 	t.maxLen = 1024
-	for t.maxLen < 2*n {
+	for t.maxLen < 4*n {
 		t.maxLen <<= 1
 	}
-	size := max(1024, t.maxLen/4)
+	size := max(1024, t.maxLen/8)
 	if len(t.e) == size {
 		clear(t.e)
 	} else {
@@ -281,7 +281,7 @@ func (t *hashTable) init(n int) {
 	}
 	t.mask = uint64(size - 1)
 	t.used = 0
-	t.limit = size * 6 / 10
+	t.limit = size / 2
 }
 
 // mix64 is the SplitMix64 finalizer (Steele, Lea, Flood, "Fast splittable
