@@ -97,7 +97,8 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
 
 // DefaultConfig returns the configuration inferroute recommends: drop
-// endpoints that cannot serve (model, health, subset hint, saturation), then
+// endpoints that cannot serve (model, health, subset hint, saturation, a
+// latency objective carried by the request), then
 // weigh queue 2, KV cache 2, prefix 3, LoRA 1, running 1, predicted latency 3,
 // and pick the maximum.
 //
@@ -115,6 +116,7 @@ func DefaultConfig() Config {
 			{Name: scorer.FilterHealthy},
 			{Name: scorer.FilterSubset},
 			{Name: scorer.FilterSaturation},
+			{Name: scorer.FilterSLO},
 		},
 		Scorers: []Plugin{
 			{Name: scorer.ScorerQueue, Weight: 2},

@@ -53,14 +53,18 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // WithPrefixMatcher sets the prefix index the picker consults once per pick
 // to fill scorer.Input.Cached. If m also implements signals.Observer it is
-// told about every dispatch and completion.
+// told about every dispatch and completion. Without this option the picker
+// builds its own prefix.Index with default settings; pass
+// signals.NoPrefixMatcher{} to run without one.
 func WithPrefixMatcher(m signals.PrefixMatcher) Option {
 	return func(o *options) { o.matcher = m }
 }
 
 // WithLatencyEstimator sets the TTFT predictor handed to scorers through
 // scorer.Env. If e also implements signals.Observer it learns from every
-// completion.
+// completion. Without this option the picker builds its own
+// latency.Predictor on its clock; pass signals.NoLatencyEstimator{} to run
+// without one.
 func WithLatencyEstimator(e signals.LatencyEstimator) Option {
 	return func(o *options) { o.estimator = e }
 }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/inferroute/inferroute/scorer"
 	"github.com/inferroute/inferroute/signals"
+	"github.com/inferroute/inferroute/signals/latency"
+	"github.com/inferroute/inferroute/signals/prefix"
 )
 
 // DoneInfo is the outcome of a picked request, reported through
@@ -79,6 +81,9 @@ func New(cfg Config, opts ...Option) (*Picker, error) {
 	if p.opts.registry == nil {
 		p.opts.registry = scorer.NewRegistry()
 	}
+	if err := p.defaultSources(cfg); err != nil {
+		return nil, err
+	}
 	if o, ok := p.opts.matcher.(signals.Observer); ok {
 		p.observers = append(p.observers, o)
 	}
@@ -103,6 +108,29 @@ func New(cfg Config, opts ...Option) (*Picker, error) {
 		return r
 	}
 	return p, nil
+}
+
+// defaultSources gives the picker its own prefix index and latency
+// predictor when the caller supplied none, so that DefaultConfig's prefix
+// and latency scorers work out of the box. Pass
+// WithPrefixMatcher(signals.NoPrefixMatcher{}) or
+// WithLatencyEstimator(signals.NoLatencyEstimator{}) to run without them.
+func (p *Picker) defaultSources(cfg Config) error {
+	if p.opts.matcher == nil {
+		idx, err := prefix.NewIndex(prefix.IndexConfig{})
+		if err != nil {
+			return err
+		}
+		p.opts.matcher = idx
+	}
+	if p.opts.estimator == nil {
+		hl := time.Duration(cfg.StalenessHalfLife)
+		if hl <= 0 {
+			hl = DefaultHalfLife
+		}
+		p.opts.estimator = latency.New(latency.Config{Clock: p.opts.clock, HalfLife: hl})
+	}
+	return nil
 }
 
 // Reconfigure validates cfg and swaps it into the running picker
