@@ -207,7 +207,6 @@ type seq struct {
 	hashes      []uint64 // hash chain of the cacheable full prompt blocks
 	numCached   int      // leading entries of blocks registered in the prefix cache (or found there)
 	cachedHit   int      // prompt tokens hit on first schedule
-	scheduled   int      // tokens scheduled in the current step
 	preemptions int
 	adapter     int32 // index into Engine.adapters, -1 for none
 	started     bool  // scheduled at least once (prefix stats counted)
@@ -502,7 +501,6 @@ type stepWork struct {
 // account adds n scheduled tokens of s to the planned step.
 func (e *Engine) account(s *seq, n int) {
 	w := &e.work
-	s.scheduled = n
 	w.tokens += n
 	if n == 1 && s.generated > 0 && s.numComputed == s.numTokens-1 {
 		w.decodeKV += s.numTokens
@@ -559,7 +557,6 @@ func (e *Engine) FinishStep(now time.Duration, out []Event) []Event {
 	e.preempts = e.preempts[:0]
 	finished := false
 	for _, s := range e.sched {
-		s.scheduled = 0
 		if s.numComputed < s.numTokens {
 			continue // partial prefill chunk
 		}
