@@ -20,7 +20,9 @@ type Capacity struct {
 }
 
 // CapacitySample is the largest number of requests MeasureCapacity feeds
-// one pod.
+// one pod. The measure depends on it (a deeper queue fills the KV cache and
+// brings preemptions, as in vLLM), so the suite always measures on
+// CapacityRequests requests.
 const CapacitySample = 600
 
 // MeasureCapacity measures the capacity of the fleet pods for workload w.

@@ -45,7 +45,9 @@
 // Loads are fractions of the fleet's capacity for the scenario's workload,
 // measured by MeasureCapacity: each pod type's saturated throughput on the
 // round-robin share of the workload (all requests queued at once, as vLLM's
-// benchmark_throughput does), summed over the pods.
+// benchmark_throughput does), summed over the pods. The suite measures it
+// on the first CapacityRequests requests of the scenario's workload, so the
+// quick and the default suite offer the same rates.
 //
 // # Suite
 //

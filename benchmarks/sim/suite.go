@@ -23,6 +23,11 @@ const (
 	QuickRequests = 800
 )
 
+// CapacityRequests is the size of the workload the suite measures each
+// scenario's capacity on (MeasureCapacity), whatever the number of requests
+// per run.
+const CapacityRequests = 4000
+
 // DefaultLoads are the loads of the suite, as fractions of capacity.
 var DefaultLoads = []float64{0.5, 0.7, 0.9}
 
@@ -193,7 +198,15 @@ func RunSuite(ctx context.Context, o Options) (*Report, error) {
 			rep.Skipped = append(rep.Skipped, sc.Name+": empty workload")
 			continue
 		}
-		c, err := MeasureCapacity(sc.Pods, w)
+		// Capacity is measured on a workload of a fixed size, so that the
+		// quick and the default suite offer the same rates.
+		cw := w
+		if n != CapacityRequests {
+			if cw, err = sc.Build(BuildEnv{N: CapacityRequests, Seed: o.Seed, TracesDir: o.TracesDir}); err != nil {
+				return nil, fmt.Errorf("sim: scenario %s: %w", sc.Name, err)
+			}
+		}
+		c, err := MeasureCapacity(sc.Pods, cw)
 		if err != nil {
 			return nil, fmt.Errorf("sim: scenario %s: %w", sc.Name, err)
 		}
