@@ -98,6 +98,9 @@ type compiledMap struct {
 	pairs  [][2]int32
 	lora   *LoRAInfo
 	cache  *CacheConfigInfo
+	// hashed[id] says whether a name feeds a slot, whose series are
+	// hashed to find repeats.
+	hashed []bool
 	// lengths[n] says whether some wanted name is n bytes long.
 	lengths [256]bool
 }
@@ -158,6 +161,12 @@ func compile(m *MetricMap) (*compiledMap, error) {
 		c := *m.CacheConfig
 		cm.cache = &c
 		add(c.Metric, lookupTarget{kind: tCacheConfig})
+	}
+	cm.hashed = make([]bool, len(cm.names))
+	for id, ts := range cm.names {
+		for _, t := range ts {
+			cm.hashed[id] = cm.hashed[id] || t.kind == tSlot
+		}
 	}
 	return cm, nil
 }
@@ -448,6 +457,7 @@ func (p *Parser) sample(id int32, rest []byte) string {
 	}
 	p.scratch = p.scratch[:0]
 	h := uint64(fnvOffset)
+	hashed := p.cm.hashed[id] // only slots look for repeated series
 	k := 0
 	if rest[0] == '{' {
 		k = 1
@@ -501,7 +511,9 @@ func (p *Parser) sample(id int32, rest []byte) string {
 				val = p.unescape(val)
 			}
 			p.pairs = append(p.pairs, labelPair{name, val})
-			h = fnvByte(fnv(fnvByte(fnv(h, name), '='), val), ',')
+			if hashed {
+				h = fnvByte(fnv(fnvByte(fnv(h, name), '='), val), ',')
+			}
 			for k < len(rest) && isBlank(rest[k]) {
 				k++
 			}

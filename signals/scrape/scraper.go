@@ -356,7 +356,7 @@ func (s *Scraper) newTarget(ep *signals.Endpoint) *target {
 	if cm, ok := s.maps[engine]; ok {
 		t.parser = newParser(cm)
 	} else {
-		t.mapErr = fmt.Errorf("%w %q", ErrUnknownEngine, ep.Engine)
+		t.mapErr = fmt.Errorf("%w %q", ErrUnknownEngine, engine)
 	}
 	return t
 }
