@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"slices"
+
 	"github.com/inferroute/inferroute/signals/prefix"
 )
 
@@ -23,10 +25,12 @@ var words = [...]string{
 	"output", "context", "prompt", "tool",
 }
 
-// corpusBytes is the size of the pseudo-word corpus blocks are cut from.
-const corpusBytes = 1 << 18
+// corpusBytes is the size of the pseudo-word corpus blocks are cut from:
+// small enough to stay in the L1 cache, since the distinctness of blocks
+// comes from their tags, not from the corpus.
+const corpusBytes = 1 << 12
 
-// corpus is 256 KB of pseudo-words drawn from words by a SplitMix64 stream
+// corpus is 4 KB of pseudo-words drawn from words by a SplitMix64 stream
 // with a fixed seed.
 var corpus = func() []byte {
 	c := make([]byte, 0, corpusBytes+16)
@@ -111,7 +115,7 @@ func (p *promptText) hash(dst []uint64, model, adapter string, blocks []uint64, 
 	if n := promptTokens * BytesPerToken; n > 0 && n < total {
 		total = n
 	}
-	p.buf = p.buf[:0]
+	p.buf = slices.Grow(p.buf[:0], total)
 	for _, id := range blocks {
 		p.buf = appendBlockText(p.buf, id, min(size, total-len(p.buf)))
 		if len(p.buf) >= total {
