@@ -2,7 +2,9 @@ package prefix
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"math/bits"
 	"fmt"
 	"sync"
 	"unicode/utf16"
@@ -357,18 +359,9 @@ func (st *bodyState) messages(v span) error {
 	}
 	for {
 		s.ws()
-		start := s.i
-		if start >= len(s.b) || s.b[start] != '{' {
-			return s.fail()
-		}
-		if !s.skip(0) {
-			return s.fail()
-		}
-		end := s.i
-		if err := st.message(span{start, end}); err != nil {
+		if err := st.message(); err != nil {
 			return err
 		}
-		s.i = end
 		s.ws()
 		if s.eat(',') {
 			continue
@@ -380,15 +373,41 @@ func (st *bodyState) messages(v span) error {
 	}
 }
 
-// message renders one message object: role, name, content, tool calls and
-// tool_call_id in that order; an item with neither role nor content (a
-// responses function_call, say) renders as its raw JSON.
-func (st *bodyState) message(m span) error {
+// str is a string value found by the scanner: its raw content and whether
+// it has escapes.
+type str struct {
+	start, end int
+	esc        bool
+	ok         bool
+}
+
+// value reads the value at s.i: a string is returned as a str, any other
+// value as a span (with an empty str).
+func (st *bodyState) value(depth int) (str, span, bool) {
+	s := &st.s
+	v0 := s.i
+	if v0 < len(s.b) && s.b[v0] == '"' {
+		a, e, esc, ok := s.str()
+		return str{a, e, esc, ok}, span{v0, s.i}, ok
+	}
+	ok := s.skip(depth)
+	return str{}, span{v0, s.i}, ok
+}
+
+// message renders the message object at s.i and leaves the scanner after
+// it: role, name, content, tool calls and tool_call_id in that order; an
+// item with neither role nor content (a responses function_call, say)
+// renders as its raw JSON.
+func (st *bodyState) message() error {
 	s := &st.s
 	b := s.b
 	w := &st.text
-	var role, name, content, calls, callID span
-	s.i = m.start + 1
+	start := s.i
+	if !s.eat('{') {
+		return s.fail()
+	}
+	var role, name, content, callID str
+	var contentSpan, calls span
 	s.ws()
 	if !s.eat('}') {
 		for {
@@ -402,22 +421,21 @@ func (st *bodyState) message(m span) error {
 				return s.fail()
 			}
 			s.ws()
-			v0 := s.i
-			if !s.skip(1) {
+			sv, v, ok := st.value(1)
+			if !ok {
 				return s.fail()
 			}
-			v := span{v0, s.i}
 			switch string(b[ks:ke]) {
 			case "role":
-				role = v
+				role = sv
 			case "name":
-				name = v
+				name = sv
 			case "content":
-				content = v
+				content, contentSpan = sv, v
 			case "tool_calls":
 				calls = v
 			case "tool_call_id":
-				callID = v
+				callID = sv
 			}
 			s.ws()
 			if s.eat(',') {
@@ -429,46 +447,60 @@ func (st *bodyState) message(m span) error {
 			return s.fail()
 		}
 	}
-	if !role.ok() && !content.ok() {
+	end := s.i
+	defer func() { s.i = end }()
+	if !role.ok && !contentSpan.ok() {
 		w.writeByte(sepMessage)
 		w.writeByte(sepPart)
-		w.write(b[m.start:m.end])
+		w.write(b[start:end])
 		return nil
 	}
 	w.writeByte(sepMessage)
-	if role.ok() && b[role.start] == '"' {
-		if err := st.stringAt(role.start); err != nil {
-			return err
-		}
+	if err := st.writeStr(role); err != nil {
+		return err
 	}
 	w.writeByte(sepField)
-	if name.ok() && b[name.start] == '"' {
-		if err := st.stringAt(name.start); err != nil {
+	if name.ok {
+		if err := st.writeStr(name); err != nil {
 			return err
 		}
 		w.writeByte(sepField)
 	}
-	if content.ok() {
-		switch b[content.start] {
-		case '"':
-			if err := st.stringAt(content.start); err != nil {
-				return err
-			}
-		case '[':
-			if err := st.parts(content); err != nil {
-				return err
-			}
+	switch {
+	case content.ok:
+		if err := st.writeStr(content); err != nil {
+			return err
+		}
+	case contentSpan.ok() && b[contentSpan.start] == '[':
+		if err := st.parts(contentSpan); err != nil {
+			return err
 		}
 	}
 	if calls.ok() && !isNull(b[calls.start:calls.end]) {
 		w.writeByte(sepPart)
 		w.write(b[calls.start:calls.end])
 	}
-	if callID.ok() && b[callID.start] == '"' {
+	if callID.ok {
 		w.writeByte(sepPart)
-		if err := st.stringAt(callID.start); err != nil {
+		if err := st.writeStr(callID); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// writeStr writes a scanned string value, unescaped; a missing one writes
+// nothing.
+func (st *bodyState) writeStr(v str) error {
+	if !v.ok {
+		return nil
+	}
+	if !v.esc {
+		st.text.write(st.s.b[v.start:v.end])
+		return nil
+	}
+	if !st.unescape(st.s.b[v.start:v.end]) {
+		return st.failAt(v.start)
 	}
 	return nil
 }
@@ -518,7 +550,7 @@ func (st *bodyState) parts(v span) error {
 func (st *bodyState) part(p span) error {
 	s := &st.s
 	b := s.b
-	var text span
+	var text str
 	isText := false
 	s.i = p.start + 1
 	s.ws()
@@ -534,15 +566,15 @@ func (st *bodyState) part(p span) error {
 				return s.fail()
 			}
 			s.ws()
-			v0 := s.i
-			if !s.skip(3) {
+			sv, v, ok := st.value(3)
+			if !ok {
 				return s.fail()
 			}
 			switch string(b[ks:ke]) {
 			case "text":
-				text = span{v0, s.i}
+				text = sv
 			case "type":
-				switch string(b[v0:s.i]) {
+				switch string(b[v.start:v.end]) {
 				case `"text"`, `"input_text"`, `"output_text"`:
 					isText = true
 				}
@@ -557,8 +589,8 @@ func (st *bodyState) part(p span) error {
 			return s.fail()
 		}
 	}
-	if isText && text.ok() && b[text.start] == '"' {
-		return st.stringAt(text.start)
+	if isText && text.ok {
+		return st.writeStr(text)
 	}
 	st.text.writeByte(sepPart)
 	st.text.write(b[p.start:p.end])
@@ -694,33 +726,52 @@ func (s *scan) eat(c byte) bool {
 }
 
 // str reads the string at s.i (which must be a quote) and returns the
-// bounds of its raw content and whether it contains escapes. It finds the
-// closing quote with bytes.IndexByte, so long strings scan at memchr speed.
+// bounds of its raw content and whether it contains escapes.
 func (s *scan) str() (start, end int, esc, ok bool) {
 	if s.i >= len(s.b) || s.b[s.i] != '"' {
 		return 0, 0, false, false
 	}
 	start = s.i + 1
-	i, q := start, -1
+	i := start
 	for {
-		if q < i {
-			j := bytes.IndexByte(s.b[i:], '"')
-			if j < 0 {
-				return 0, 0, false, false
-			}
-			q = i + j
-		}
-		k := bytes.IndexByte(s.b[i:q], '\\')
-		if k < 0 {
-			s.i = q + 1
-			return start, q, esc, true
-		}
-		esc = true
-		i += k + 2
-		if i > len(s.b) {
+		j := nextSpecial(s.b, i)
+		if j < 0 {
 			return 0, 0, false, false
 		}
+		if s.b[j] == '"' {
+			s.i = j + 1
+			return start, j, esc, true
+		}
+		esc = true
+		i = j + 2 // skip the escaped character
 	}
+}
+
+// SWAR constants: a byte of ones and a byte of high bits in every lane.
+const (
+	lanesLo = 0x0101010101010101
+	lanesHi = 0x8080808080808080
+)
+
+// nextSpecial returns the index of the first '"' or '\\' in b at or after
+// i, or -1. It tests eight bytes per step with the "has zero byte" bit
+// trick (Sean Eron Anderson, "Bit Twiddling Hacks", determining if a word
+// has a byte equal to n): the lowest flagged byte is exact.
+func nextSpecial(b []byte, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		w := binary.LittleEndian.Uint64(b[i:])
+		q := w ^ (lanesLo * '"')
+		e := w ^ (lanesLo * '\\')
+		if t := ((q - lanesLo) &^ q) | ((e - lanesLo) &^ e); t&lanesHi != 0 {
+			return i + bits.TrailingZeros64(t&lanesHi)/8
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '"' || c == '\\' {
+			return i
+		}
+	}
+	return -1
 }
 
 // skip advances past the value at s.i, checking its structure.

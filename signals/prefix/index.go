@@ -3,7 +3,6 @@ package prefix
 import (
 	"context"
 	"errors"
-	"math/bits"
 	"sync"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
@@ -73,13 +72,12 @@ var (
 // the map value, a bitset beyond); and per endpoint an LRU of the block
 // hashes it holds (github.com/hashicorp/golang-lru/v2), sized from the
 // endpoint's scraped KV-cache capacity, whose evictions remove the slot from
-// the block's set. Because block hashes are chained, an endpoint holding
-// block i holds the whole prefix 0..i, and Match finds every endpoint's
-// longest held prefix in one walk along the prompt, intersecting holder sets
-// and stopping when no candidate is left: O(blocks + endpoints), not their
-// product. Blocks are touched last to first, so an endpoint's LRU evicts the
-// tail of a prompt before its head, as vLLM evicts a freed request's blocks
-// tail first.
+// the block's set. Blocks are touched last to first, so an endpoint's LRU
+// evicts the tail of a prompt before its head, as vLLM evicts a freed
+// request's blocks tail first; with chained hashes this keeps what an
+// endpoint holds of any prompt a leading prefix, and Match finds every
+// candidate's prefix length by bisection over the prompt's blocks with one
+// map lookup per probe, never walking the chain once per endpoint.
 //
 // Only every Stride-th block and the last block of a prompt are recorded
 // (IndexConfig.Stride), so a match is resolved to Stride blocks.
@@ -487,17 +485,25 @@ func (ix *Index) removeHolder(h uint64, slot int32) {
 
 // matchScratch is Match's reusable working memory.
 type matchScratch struct {
-	alive []uint64 // bitset of candidate slots still matching
-	last  []int32  // slot → matched blocks
-	slots []int32  // endpoint index → slot, -1 when it holds nothing
+	last  []int32 // slot → matched blocks
+	slots []int32 // endpoint index → slot, -1 when it holds nothing
+	cand  []int32 // candidate slots, partitioned in place by search
 }
 
 // Match writes into out[i] the fraction of req.PromptBlocks that eps[i] is
 // believed to hold as a leading prefix. Endpoints unknown to the index, or
 // whose generation changed since their entries were recorded, hold nothing.
-// It implements signals.PrefixMatcher: it costs O(len(req.PromptBlocks)/
-// Stride + len(eps)), does not allocate once warm, does not retain eps or
-// out, and is safe for concurrent use.
+// It implements signals.PrefixMatcher: it does not allocate once warm, does
+// not retain eps or out, and is safe for concurrent use.
+//
+// Cost: O(len(eps)) to find the candidates, then hash-map lookups at the
+// prompt's indexed positions chosen by bisection. Because hashes are
+// chained and eviction is tail first, an endpoint that holds position p
+// holds every position before it, so the endpoints that hold the last
+// position are done after one lookup, those that miss the first after one
+// more, and the rest are split at midpoints: O(d·log(blocks/Stride))
+// lookups for d distinct match lengths among the candidates, each lookup
+// testing only the candidates still undecided in its range.
 func (ix *Index) Match(req *signals.Request, eps []*signals.Endpoint, out []float64) {
 	out = out[:len(eps)]
 	hs := req.PromptBlocks
@@ -510,22 +516,18 @@ func (ix *Index) Match(req *signals.Request, eps []*signals.Endpoint, out []floa
 		sc = new(matchScratch)
 	}
 	ix.mu.RLock()
-	sc.size(ix.words, len(ix.bySlot), len(eps))
-	anyAlive := false
+	sc.size(len(ix.bySlot), len(eps))
 	for i, ep := range eps {
 		st := ix.eps[ep]
 		if st == nil || st.gen != ep.Generation() || st.lru.Len() == 0 {
 			sc.slots[i] = -1
 			continue
 		}
-		s := st.slot
-		sc.slots[i] = s
-		sc.alive[s>>6] |= 1 << (s & 63)
-		sc.last[s] = 0
-		anyAlive = true
+		sc.slots[i] = st.slot
+		sc.cand = append(sc.cand, st.slot)
 	}
-	if anyAlive {
-		ix.walk(hs, sc)
+	if len(sc.cand) > 0 {
+		ix.match(hs, sc)
 	}
 	ix.mu.RUnlock()
 	n := float64(len(hs))
@@ -539,12 +541,7 @@ func (ix *Index) Match(req *signals.Request, eps []*signals.Endpoint, out []floa
 	ix.scratch.Put(sc)
 }
 
-func (sc *matchScratch) size(words, slots, eps int) {
-	if cap(sc.alive) < words {
-		sc.alive = make([]uint64, words)
-	}
-	sc.alive = sc.alive[:words]
-	clear(sc.alive)
+func (sc *matchScratch) size(slots, eps int) {
 	if cap(sc.last) < slots {
 		sc.last = make([]int32, slots)
 	}
@@ -553,92 +550,76 @@ func (sc *matchScratch) size(words, slots, eps int) {
 		sc.slots = make([]int32, eps)
 	}
 	sc.slots = sc.slots[:eps]
+	sc.cand = sc.cand[:0]
 }
 
-// walk follows the prompt's indexed positions, intersecting the candidates
-// with each block's holders, and records in sc.last how many blocks each
-// candidate slot matched. The candidates live in the bitset sc.alive until a
-// block has at most three holders, then in a short list.
-func (ix *Index) walk(hs []uint64, sc *matchScratch) {
-	var small [3]int32
-	ns := -1 // -1: candidates are the bitset sc.alive
-	matched := int32(0)
-	stride := ix.cfg.Stride
+// match resolves every candidate's matched length into sc.last. Probe j is
+// the prompt's j-th indexed position: min((j+1)·Stride−1, n−1).
+func (ix *Index) match(hs []uint64, sc *matchScratch) {
 	n := len(hs)
-	for p := stride - 1; ; p += stride {
-		p = min(p, n-1) // stride positions, then the last block
-		v, ok := ix.blocks[hs[p]]
-		if !ok {
-			v = 0
-		}
-		alive := false
-		if ns < 0 {
-			if v&bitsetTag != 0 {
-				bs := ix.set(v)
-				for w, a := range sc.alive {
-					keep := a & bs[w]
-					ix.drop(sc, w, a&^keep, matched)
-					sc.alive[w] = keep
-					alive = alive || keep != 0
-				}
-			} else {
-				ns = 0
-				for i := 0; i < 3; i++ {
-					f := (v >> (i * fieldBits)) & fieldMask
-					if f == 0 {
-						continue
-					}
-					s := int32(f - 1)
-					if w := s >> 6; int(w) < len(sc.alive) && sc.alive[w]&(1<<(s&63)) != 0 {
-						sc.alive[w] &^= 1 << (s & 63)
-						small[ns] = s
-						ns++
-					}
-				}
-				for w, a := range sc.alive {
-					ix.drop(sc, w, a, matched)
-				}
-				alive = ns > 0
-			}
-		} else {
-			k := 0
-			for _, s := range small[:ns] {
-				if holds(ix, v, s) {
-					small[k] = s
-					k++
-				} else {
-					sc.last[s] = matched
-				}
-			}
-			ns = k
-			alive = ns > 0
-		}
-		if !alive {
-			return
-		}
-		matched = int32(p + 1)
-		if p == n-1 {
-			break
-		}
+	m := (n + ix.cfg.Stride - 1) / ix.cfg.Stride
+	cand := sc.cand
+	// Holders of the last position hold the whole prompt.
+	k := ix.partition(hs, m-1, m, cand)
+	for _, s := range cand[:k] {
+		sc.last[s] = int32(n)
 	}
-	// Every remaining candidate holds the whole prompt.
-	if ns < 0 {
-		for w, a := range sc.alive {
-			ix.drop(sc, w, a, matched)
+	cand = cand[k:]
+	if len(cand) == 0 || m == 1 {
+		for _, s := range cand {
+			sc.last[s] = 0
 		}
 		return
 	}
-	for _, s := range small[:ns] {
-		sc.last[s] = matched
+	// Those missing the first position hold nothing.
+	k = ix.partition(hs, 0, m, cand)
+	for _, s := range cand[k:] {
+		sc.last[s] = 0
 	}
+	ix.search(hs, 1, m-1, m, cand[:k], sc)
 }
 
-// drop records matched blocks for the slots in bit word w of dropped.
-func (ix *Index) drop(sc *matchScratch, w int, dropped uint64, matched int32) {
-	for dropped != 0 {
-		b := bits.TrailingZeros64(dropped)
-		dropped &= dropped - 1
-		sc.last[w<<6|b] = matched
+// probe returns the block index of probe j among m.
+func (ix *Index) probe(j, m, n int) int {
+	if j == m-1 {
+		return n - 1
+	}
+	return (j+1)*ix.cfg.Stride - 1
+}
+
+// partition moves the candidates that hold probe j to the front of cand
+// and returns their number.
+func (ix *Index) partition(hs []uint64, j, m int, cand []int32) int {
+	v, ok := ix.blocks[hs[ix.probe(j, m, len(hs))]]
+	if !ok {
+		return 0
+	}
+	k := 0
+	for i, s := range cand {
+		if holds(ix, v, s) {
+			cand[i], cand[k] = cand[k], s
+			k++
+		}
+	}
+	return k
+}
+
+// search resolves candidates that all hold probe lo−1 and none of which
+// holds probe hi: each one's last held probe lies in [lo−1, hi).
+func (ix *Index) search(hs []uint64, lo, hi, m int, cand []int32, sc *matchScratch) {
+	for len(cand) > 0 {
+		if lo >= hi {
+			matched := int32(ix.probe(lo-1, m, len(hs)) + 1)
+			for _, s := range cand {
+				sc.last[s] = matched
+			}
+			return
+		}
+		mid := int(uint(lo+hi) >> 1)
+		k := ix.partition(hs, mid, m, cand)
+		// Holders of mid continue above it; the rest below it (loop).
+		ix.search(hs, mid+1, hi, m, cand[:k], sc)
+		cand, hi = cand[k:], mid
 	}
 }
 

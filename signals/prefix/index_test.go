@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 
@@ -317,4 +318,53 @@ func TestIndexGauges(t *testing.T) {
 	}, got)
 	assert.Equal(t, wantBytes, ix.MemoryBytes())
 	require.NoError(t, ix.Close())
+}
+
+// TestMatchAgainstReference compares Match with a direct computation from
+// what was dispatched: endpoint e holds probe position p of a chain when p
+// is a stride position below a dispatched length L, or p == L-1.
+func TestMatchAgainstReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, stride := range []int{1, 3, 4} {
+		t.Run(fmt.Sprintf("stride=%d", stride), func(t *testing.T) {
+			ix := newIndex(t, IndexConfig{Stride: stride, DefaultCapacity: 1 << 20})
+			eps := newEndpoints(70)
+			chains := [][]uint64{chain(nil, 300, 1), chain(nil, 300, 2)}
+			held := make([][][]int, len(eps)) // endpoint → chain → dispatched lengths
+			for e, ep := range eps {
+				held[e] = make([][]int, len(chains))
+				for k := rng.IntN(4); k > 0; k-- {
+					c, l := rng.IntN(len(chains)), 1+rng.IntN(300)
+					ix.Dispatched(&signals.Request{PromptBlocks: chains[c][:l]}, ep)
+					held[e][c] = append(held[e][c], l)
+				}
+			}
+			for q := 0; q < 200; q++ {
+				c, n := rng.IntN(len(chains)), 1+rng.IntN(300)
+				got := match(ix, chains[c][:n], eps)
+				for e := range eps {
+					holds := func(p int) bool {
+						for _, l := range held[e][c] {
+							if ((p+1)%stride == 0 && p < l) || p == l-1 {
+								return true
+							}
+						}
+						return false
+					}
+					want := 0
+					for p := stride - 1; ; p += stride {
+						p = min(p, n-1)
+						if !holds(p) {
+							break
+						}
+						want = p + 1
+						if p == n-1 {
+							break
+						}
+					}
+					require.InDelta(t, float64(want)/float64(n), got[e], 1e-12, "endpoint %d chain %d n %d", e, c, n)
+				}
+			}
+		})
+	}
 }

@@ -1,0 +1,168 @@
+package prefix
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/inferroute/inferroute/signals"
+)
+
+// benchIndex is an index with perEP blocks recorded on each of n endpoints:
+// every endpoint holds one long shared chain (the first maxBlocks blocks of
+// a 512 KB prompt, as a pool-wide system prompt or document would be) and
+// fills the rest with conversations of 1000 blocks that share a 128-block
+// system prompt, one distinct set per endpoint.
+type benchIndex struct {
+	ix     *Index
+	eps    []*signals.Endpoint
+	shared []uint64 // held by every endpoint
+	own    []uint64 // held by endpoint 0 only
+}
+
+// benchEndpointCounts are the pool sizes of BenchmarkMatch.
+var benchEndpointCounts = []int{64, 1024}
+
+const (
+	benchBlocksPerEP = 100_000
+	benchLongBlocks  = 8192 // 512 KB of text in 64-byte blocks
+)
+
+func buildBenchIndex(b *testing.B, n int) *benchIndex {
+	b.Helper()
+	ix, err := NewIndex(IndexConfig{DefaultCapacity: benchBlocksPerEP})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bi := &benchIndex{ix: ix, eps: newEndpoints(n), shared: chain(nil, benchLongBlocks, 1)}
+	system := chain(nil, 128, 2)
+	for e, ep := range bi.eps {
+		ix.Dispatched(&signals.Request{PromptBlocks: bi.shared}, ep)
+		for k := 0; benchLongBlocks+(k+1)*872 <= benchBlocksPerEP; k++ {
+			conv := chain(system, 872, uint64(e)<<20|uint64(k)+3)
+			if e == 0 && k == 0 {
+				bi.own = conv
+			}
+			ix.Dispatched(&signals.Request{PromptBlocks: conv}, ep)
+		}
+	}
+	return bi
+}
+
+// BenchmarkMatch measures Match at 64 and 1024 endpoints, each holding 100K
+// blocks, for prompts of 1 KB, 32 KB and 512 KB (16, 512 and 8192 blocks of
+// 64 bytes). "all" is the worst case: every endpoint holds the whole prompt,
+// so the holder bitsets are intersected along all of it. "one" is a
+// conversation held by one endpoint behind a shared system prompt; "miss"
+// is a prompt nobody holds. Compare with BenchmarkHashText at the same size.
+func BenchmarkMatch(b *testing.B) {
+	for _, n := range benchEndpointCounts {
+		// The index is built inside the sub-benchmark so that -bench
+		// filters skip building the pools they do not run.
+		b.Run(fmt.Sprintf("eps=%d", n), func(b *testing.B) {
+			bi := buildBenchIndex(b, n)
+			s := bi.ix.Stats()
+			b.Logf("%d endpoints: %d entries, %d distinct blocks, %.0f MB estimated", n, s.Entries, s.Blocks, float64(s.Bytes)/1e6)
+			out := make([]float64, n)
+			miss := chain(nil, benchLongBlocks, 99)
+			for _, kb := range []int{1, 32, 512} {
+				blocks := kb * 1024 / DefaultBlockBytes
+				cases := []struct {
+					name   string
+					blocks []uint64
+				}{
+					{"all", bi.shared[:blocks]},
+					{"one", bi.own[:min(blocks, len(bi.own))]},
+					{"miss", miss[:blocks]},
+				}
+				for _, c := range cases {
+					req := &signals.Request{PromptBlocks: c.blocks}
+					b.Run(fmt.Sprintf("%dKB/%s", kb, c.name), func(b *testing.B) {
+						b.ReportAllocs()
+						for b.Loop() {
+							bi.ix.Match(req, bi.eps, out)
+						}
+					})
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMatchParallel measures Match from every CPU at once against 64
+// endpoints (read-lock scalability).
+func BenchmarkMatchParallel(b *testing.B) {
+	bi := buildBenchIndex(b, 64)
+	req := &signals.Request{PromptBlocks: bi.shared[:512]}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		out := make([]float64, len(bi.eps))
+		for pb.Next() {
+			bi.ix.Match(req, bi.eps, out)
+		}
+	})
+}
+
+// BenchmarkDispatched measures recording a 32 KB prompt (512 blocks) whose
+// first 128 blocks the endpoint already holds.
+func BenchmarkDispatched(b *testing.B) {
+	ix, err := NewIndex(IndexConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	eps := newEndpoints(8)
+	system := chain(nil, 128, 1)
+	reqs := make([]*signals.Request, 256)
+	for i := range reqs {
+		reqs[i] = &signals.Request{PromptBlocks: chain(system, 384, uint64(i)+2)}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		ix.Dispatched(reqs[i%len(reqs)], eps[i%len(eps)])
+		i++
+	}
+}
+
+// BenchmarkIndexMemory measures the Go heap held by an index of one million
+// indexed blocks spread over 64 endpoints (distinct conversations of 1000
+// blocks behind a shared 128-block system prompt), and reports it per
+// (block, endpoint) entry and per prompt block covered, next to the index's
+// own estimate. With the default stride every fourth block is an entry.
+func BenchmarkIndexMemory(b *testing.B) {
+	for _, stride := range []int{1, DefaultStride} {
+		b.Run(fmt.Sprintf("stride=%d", stride), func(b *testing.B) {
+			var heap, entries, covered, estimate float64
+			for b.Loop() {
+				runtime.GC()
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				ix, err := NewIndex(IndexConfig{Stride: stride, DefaultCapacity: 1 << 20})
+				if err != nil {
+					b.Fatal(err)
+				}
+				eps := newEndpoints(64)
+				system := chain(nil, 128, 1)
+				total := 0 // distinct (block, endpoint) pairs covered
+				for k := 0; total < 1_000_000; k++ {
+					conv := chain(system, 872, uint64(k)+2)
+					ix.Dispatched(&signals.Request{PromptBlocks: conv}, eps[k%len(eps)])
+					total += 872
+					if k < len(eps) {
+						total += len(system) // once per endpoint
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				s := ix.Stats()
+				heap = float64(after.HeapAlloc) - float64(before.HeapAlloc)
+				entries, covered, estimate = float64(s.Entries), float64(total), float64(s.Bytes)
+				runtime.KeepAlive(ix)
+			}
+			b.ReportMetric(heap/entries, "B/entry")
+			b.ReportMetric(heap/covered, "B/block")
+			b.ReportMetric(estimate/entries, "est-B/entry")
+			b.ReportMetric(heap/1e6, "MB-heap")
+		})
+	}
+}
