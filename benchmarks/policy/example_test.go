@@ -47,7 +47,7 @@ func ExampleRegistry() {
 	ch.Done(signals.Outcome{})
 	fmt.Println(ch.Endpoint.InFlight())
 	// Output:
-	// [first inferroute least-request random round-robin]
+	// [aibrix-prefix dynamo-kv first inferroute least-request llm-d oracle random round-robin sglang-cache-aware sglang-least-load]
 	// a 1
 	// 0
 }

@@ -151,8 +151,8 @@ func Baselines() []string {
 	return []string{RoundRobin, Random, LeastRequest, Inferroute}
 }
 
-// Default returns a new registry holding the baseline policies. Callers may
-// register more (peers, an oracle) on the returned value.
+// Default returns a new registry holding the baseline policies, the peers
+// (Peers) and the oracle. Callers may register more on the returned value.
 func Default() *Registry {
 	r := &Registry{}
 	for _, b := range []struct {
@@ -167,6 +167,9 @@ func Default() *Registry {
 		if err := r.Register(b.name, b.f); err != nil {
 			panic(err) // unreachable: the names above are distinct
 		}
+	}
+	if err := registerPeers(r); err != nil {
+		panic(err) // unreachable: the peers' names are distinct from the baselines'
 	}
 	return r
 }

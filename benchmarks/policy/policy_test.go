@@ -59,7 +59,8 @@ func TestRegistry(t *testing.T) {
 
 func TestDefaultRegistry(t *testing.T) {
 	r := policy.Default()
-	assert.Equal(t, []string{"inferroute", "least-request", "random", "round-robin"}, r.Names())
+	assert.Equal(t, []string{"aibrix-prefix", "dynamo-kv", "inferroute", "least-request", "llm-d", "oracle",
+		"random", "round-robin", "sglang-cache-aware", "sglang-least-load"}, r.Names())
 	_, err := r.New("nope", policy.Env{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `unknown policy "nope"`)
