@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"go.opentelemetry.io/otel/metric"
@@ -99,6 +100,10 @@ type Index struct {
 	nsets   int // bitsets in use
 	entries int // (block, endpoint) entries
 	epoch   uint64
+	// version changes whenever an endpoint's state is created or dropped,
+	// so that Match can reuse the endpoint → state resolution of its last
+	// call when it sees the same candidate list again.
+	version atomic.Uint64
 
 	scratch sync.Pool // *matchScratch
 	reg     metric.Registration
@@ -307,6 +312,7 @@ func (ix *Index) stateLocked(ep *signals.Endpoint) *epState {
 		st.cap = ix.capacity(ep)
 		st.lru, _ = simplelru.NewLRU(st.cap, st.evicted) // cap ≥ 1
 		ix.eps[ep] = st
+		ix.version.Add(1)
 		return st
 	}
 	if st.gen != gen {
@@ -374,6 +380,7 @@ func (ix *Index) Retain(keep []*signals.Endpoint) {
 func (ix *Index) dropLocked(st *epState) {
 	st.lru.Purge()
 	delete(ix.eps, st.ep)
+	ix.version.Add(1)
 	ix.bySlot[st.slot] = nil
 	ix.free = append(ix.free, st.slot)
 }
@@ -488,13 +495,21 @@ type matchScratch struct {
 	last  []int32 // slot → matched blocks
 	slots []int32 // endpoint index → slot, -1 when it holds nothing
 	cand  []int32 // candidate slots, partitioned in place by search
+
+	// The last candidate list resolved and its states (nil: unknown), valid
+	// while the index's version is ver.
+	eps    []*signals.Endpoint
+	states []*epState
+	ver    uint64
 }
 
 // Match writes into out[i] the fraction of req.PromptBlocks that eps[i] is
 // believed to hold as a leading prefix. Endpoints unknown to the index, or
 // whose generation changed since their entries were recorded, hold nothing.
 // It implements signals.PrefixMatcher: it does not allocate once warm, does
-// not retain eps or out, and is safe for concurrent use.
+// not retain eps or out (it remembers the endpoint pointers of its last
+// call to recognise the same pool next time), and is safe for concurrent
+// use.
 //
 // Cost: O(len(eps)) to find the candidates, then hash-map lookups at the
 // prompt's indexed positions chosen by bisection. Because hashes are
@@ -517,8 +532,9 @@ func (ix *Index) Match(req *signals.Request, eps []*signals.Endpoint, out []floa
 	}
 	ix.mu.RLock()
 	sc.size(len(ix.bySlot), len(eps))
+	states := sc.resolve(ix, eps)
 	for i, ep := range eps {
-		st := ix.eps[ep]
+		st := states[i]
 		if st == nil || st.gen != ep.Generation() || st.lru.Len() == 0 {
 			sc.slots[i] = -1
 			continue
@@ -539,6 +555,33 @@ func (ix *Index) Match(req *signals.Request, eps []*signals.Endpoint, out []floa
 		}
 	}
 	ix.scratch.Put(sc)
+}
+
+// resolve returns the states of eps, reusing the previous call's when the
+// candidate list and the index's endpoints are unchanged (the usual case: a
+// picker passes the same pool pick after pick), which replaces a map lookup
+// per endpoint with a pointer comparison. ix.mu must be read-locked.
+func (sc *matchScratch) resolve(ix *Index, eps []*signals.Endpoint) []*epState {
+	ver := ix.version.Load()
+	if ver == sc.ver && len(eps) == len(sc.eps) {
+		same := true
+		for i, ep := range eps {
+			if sc.eps[i] != ep {
+				same = false
+				break
+			}
+		}
+		if same {
+			return sc.states
+		}
+	}
+	sc.eps = append(sc.eps[:0], eps...)
+	sc.states = sc.states[:0]
+	for _, ep := range eps {
+		sc.states = append(sc.states, ix.eps[ep])
+	}
+	sc.ver = ver
+	return sc.states
 }
 
 func (sc *matchScratch) size(slots, eps int) {

@@ -368,3 +368,33 @@ func TestMatchAgainstReference(t *testing.T) {
 		})
 	}
 }
+
+func TestMatchReusesResolutionSafely(t *testing.T) {
+	ix := newIndex(t, IndexConfig{Stride: 1})
+	eps := newEndpoints(3)
+	blocks := chain(nil, 10, 1)
+	ix.Dispatched(&signals.Request{PromptBlocks: blocks}, eps[0])
+	ix.Dispatched(&signals.Request{PromptBlocks: blocks[:5]}, eps[1])
+	out := make([]float64, 3)
+	req := &signals.Request{PromptBlocks: blocks}
+	steps := []struct {
+		name string
+		do   func()
+		eps  []*signals.Endpoint
+		want []float64
+	}{
+		{"first", func() {}, eps, []float64{1, 0.5, 0}},
+		{"same list", func() {}, eps, []float64{1, 0.5, 0}},
+		{"same length, other order", func() {}, []*signals.Endpoint{eps[2], eps[1], eps[0]}, []float64{0, 0.5, 1}},
+		{"after forget", func() { ix.Forget(eps[0]) }, eps, []float64{0, 0.5, 0}},
+		{"after a new endpoint state", func() { ix.Dispatched(req, eps[2]) }, eps, []float64{0, 0.5, 1}},
+		{"after a restart", func() { eps[1].MarkRestarted() }, eps, []float64{0, 0, 1}},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			st.do()
+			ix.Match(req, st.eps, out)
+			assert.Equal(t, st.want, out)
+		})
+	}
+}
