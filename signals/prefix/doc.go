@@ -20,8 +20,21 @@
 // request's blocks on the endpoint it was dispatched to, so a burst that
 // shares a prefix sees the first placement at once, confirms them when the
 // request completes, and forgets an endpoint's blocks when the endpoint
-// leaves, restarts or goes down (signals.Endpoint.Generation). Each endpoint
-// has a block capacity taken from its scraped KV-cache size, with LRU
-// eviction per endpoint. Match costs O(blocks) plus O(endpoints), not their
-// product, and does not allocate.
+// restarts or goes down (signals.Endpoint.Generation, checked lazily) or
+// leaves the pool (Index.Retain or Index.Forget, called by whoever owns the
+// pool). Each endpoint has a block capacity taken from its scraped KV-cache
+// size, with LRU eviction per endpoint (github.com/hashicorp/golang-lru/v2).
+// Match resolves every candidate's prefix by bisection over the prompt's
+// indexed blocks, so its cost grows with the logarithm of the prompt and
+// linearly with the candidates, never with their product, and it does not
+// allocate. Memory is bounded by the endpoints' capacities and reported by
+// Index.Stats and, given a meter, as OpenTelemetry gauges.
+//
+// # Use
+//
+//	h := prefix.NewHasher(prefix.HashConfig{})
+//	ix, _ := prefix.NewIndex(prefix.IndexConfig{})
+//	p, _ := picker.New(cfg, picker.WithPrefixMatcher(ix)) // ix also observes
+//	blocks, n, err := h.HashBody(nil, model, adapter, body)
+//	req := &signals.Request{Model: model, PromptBlocks: blocks, PromptTokens: n / prefix.BytesPerToken}
 package prefix
