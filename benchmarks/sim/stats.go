@@ -78,6 +78,10 @@ type Metrics struct {
 	// TTFTs holds every completed request's TTFT in seconds in completion
 	// order, for plots (CDFs). Not serialised.
 	TTFTs []float64 `json:"-"`
+	// Arrivals holds, aligned with TTFTs, each completed request's arrival
+	// time in seconds from the start of the run, for plots of TTFT over
+	// time. Not serialised.
+	Arrivals []float64 `json:"-"`
 }
 
 // collector accumulates per-request figures during a run.
@@ -85,6 +89,7 @@ type collector struct {
 	slo          SLO
 	ttft, tpot   []float64
 	e2e          []float64
+	arrivals     []float64
 	good         int
 	outputTokens int64
 	first, last  time.Duration
@@ -96,6 +101,7 @@ func (c *collector) reset(n int, slo SLO) {
 	c.ttft = slices.Grow(c.ttft[:0], n)
 	c.tpot = slices.Grow(c.tpot[:0], n)
 	c.e2e = slices.Grow(c.e2e[:0], n)
+	c.arrivals = slices.Grow(c.arrivals[:0], n)
 	c.good, c.outputTokens, c.first, c.last, c.seen = 0, 0, 0, 0, false
 }
 
@@ -113,6 +119,7 @@ func (c *collector) complete(arrival, first, end time.Duration, outputTokens int
 		c.tpot = append(c.tpot, tpot)
 	}
 	c.ttft = append(c.ttft, ttft)
+	c.arrivals = append(c.arrivals, arrival.Seconds())
 	c.e2e = append(c.e2e, (end - arrival).Seconds())
 	c.outputTokens += int64(outputTokens)
 	if c.slo.met(ttft, tpot) {
@@ -127,6 +134,7 @@ func (c *collector) complete(arrival, first, end time.Duration, outputTokens int
 func (c *collector) fill(m *Metrics) {
 	m.Completed = len(c.ttft)
 	m.TTFTs = slices.Clone(c.ttft)
+	m.Arrivals = slices.Clone(c.arrivals)
 	m.TTFTMean = mean(c.ttft)
 	m.TPOTMean = mean(c.tpot)
 	m.E2EMean = mean(c.e2e)
