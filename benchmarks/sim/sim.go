@@ -101,6 +101,7 @@ type pod struct {
 	eng       *engine.Engine
 	ep        *signals.Endpoint
 	busy      bool // a step is planned; its evStepEnd is queued
+	zeroSteps int  // consecutive steps of zero duration
 	inTransit int
 	routed    int
 	// last scrape's cumulative prefix counters, for the per-interval rate.
@@ -148,7 +149,13 @@ type Sim struct {
 	evbuf   []engine.Event
 	col     collector
 	picking *flight // the flight being picked, for EngineRequest
+	stuck   error   // set when an engine stops advancing virtual time
 }
+
+// maxZeroSteps is how many consecutive zero-duration steps (steps that only
+// preempt) a pod may make before the run is declared stuck: virtual time
+// would never advance.
+const maxZeroSteps = 100_000
 
 // New returns a Sim.
 func New() *Sim { return &Sim{} }
@@ -255,6 +262,9 @@ func (s *Sim) Run(ctx context.Context, cfg Config, w *workload.Workload, f polic
 			if err := ctx.Err(); err != nil {
 				return Metrics{}, err
 			}
+			if s.stuck != nil {
+				return Metrics{}, s.stuck
+			}
 		}
 	}
 	return s.metrics(), nil
@@ -269,6 +279,7 @@ func (s *Sim) reset(cfg Config, w *workload.Workload) {
 	s.pending = 0
 	s.failed = 0
 	s.picking = nil
+	s.stuck = nil
 	s.free = s.free[:0]
 	for i := len(s.slab) - 1; i >= 0; i-- {
 		s.free = append(s.free, int32(i))
@@ -424,6 +435,11 @@ func (s *Sim) startStep(p *pod) {
 	d, ok := p.eng.StartStep(now)
 	if !ok {
 		return
+	}
+	if d > 0 {
+		p.zeroSteps = 0
+	} else if p.zeroSteps++; p.zeroSteps > maxZeroSteps && s.stuck == nil {
+		s.stuck = fmt.Errorf("sim: pod %s made %d steps of zero duration at %v: the engine is not progressing", p.ep.Name, p.zeroSteps, now)
 	}
 	p.busy = true
 	s.q.push(event{at: now + d, kind: evStepEnd, pod: int32(p.idx)})
