@@ -81,6 +81,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		parallel  = fs.Int("parallel", 0, "runs simulated at once (default GOMAXPROCS)")
 		progress  = fs.Bool("progress", true, "show a progress bar on stderr")
 	)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: routebench [flags]\n\n"+
+			"Runs inferroute's routing benchmark: the default suite of scenarios on a simulated\n"+
+			"fleet of vLLM-like pods, each at 50%%, 70%% and 90%% of the fleet's capacity, with the\n"+
+			"default picker and the baseline policies. Tables go to stdout, progress to stderr.\n\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
