@@ -12,8 +12,13 @@ import (
 // and 90th percentile, clipped to [1, Max…]. It lets the generated
 // scenarios run without the trace files.
 type LogNormalLengths struct {
+	// PromptP50 and PromptP90 are the median and 90th percentile of the
+	// prompt length in tokens.
 	PromptP50, PromptP90 float64
+	// OutputP50 and OutputP90 are the median and 90th percentile of the
+	// output length in tokens.
 	OutputP50, OutputP90 float64
+	// MaxPrompt and MaxOutput cap the lengths; 0 means no cap.
 	MaxPrompt, MaxOutput int
 }
 

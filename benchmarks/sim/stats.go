@@ -10,7 +10,9 @@ import (
 // "good" when its time to first token is at most TTFT and its mean time per
 // output token is at most TPOT. A zero field is no objective.
 type SLO struct {
+	// TTFT is the time-to-first-token objective.
 	TTFT time.Duration `json:"ttft"`
+	// TPOT is the objective on the mean time per output token.
 	TPOT time.Duration `json:"tpot"`
 }
 
@@ -38,6 +40,8 @@ type Metrics struct {
 	Completed int `json:"completed"`
 	Failed    int `json:"failed"`
 
+	// TTFT is the time to first token, from arrival at the router to the
+	// first output token (network delay to the pod included).
 	TTFTMean float64 `json:"ttft_mean_s"`
 	TTFTP50  float64 `json:"ttft_p50_s"`
 	TTFTP90  float64 `json:"ttft_p90_s"`

@@ -117,8 +117,10 @@ type ScenarioResult struct {
 // percent: 100 × (round-robin − inferroute) / round-robin. Negative means
 // inferroute is worse.
 type Reduction struct {
+	// TTFTMean is the reduction of the mean TTFT, in percent.
 	TTFTMean float64 `json:"ttft_mean_pct"`
-	TTFTP99  float64 `json:"ttft_p99_pct"`
+	// TTFTP99 is the reduction of the p99 TTFT, in percent.
+	TTFTP99 float64 `json:"ttft_p99_pct"`
 }
 
 // Policy returns the metrics of the named policy and whether it ran.
