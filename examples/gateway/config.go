@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/inferroute/inferroute/picker"
+)
+
+// Config is the gateway's YAML configuration. Durations are Go duration
+// strings ("30s"). Zero fields take the defaults named on them.
+type Config struct {
+	// Listen is the address to serve on; default "127.0.0.1:8080".
+	Listen string `yaml:"listen"`
+	// ReadHeaderTimeout bounds how long a client may take to send its
+	// request headers (slow-loris protection); default 10s.
+	ReadHeaderTimeout picker.Duration `yaml:"readHeaderTimeout"`
+	// IdleTimeout closes keep-alive connections idle this long; default 120s.
+	IdleTimeout picker.Duration `yaml:"idleTimeout"`
+	// DrainTimeout bounds the graceful shutdown: streams in flight get this
+	// long to finish; default 60s.
+	DrainTimeout picker.Duration `yaml:"drainTimeout"`
+	// LogLevel is debug, info, warn or error; default info.
+	LogLevel string `yaml:"logLevel"`
+
+	// Router tunes the proxy.
+	Router RouterConfig `yaml:"router"`
+	// Scrape tunes the metrics scraper of the static endpoints.
+	Scrape ScrapeConfig `yaml:"scrape"`
+
+	// DefaultPool names the default pool; "" means the first.
+	DefaultPool string `yaml:"defaultPool"`
+	// FallbackPool names the pool of requests without a model; "" means
+	// the default pool.
+	FallbackPool string `yaml:"fallbackPool"`
+	// Pools are the model pools; at least one.
+	Pools []PoolConfig `yaml:"pools"`
+}
+
+// RouterConfig mirrors the fields of router.Config that make sense in a
+// file.
+type RouterConfig struct {
+	// MaxBodyBytes is the request body limit; default 4 MiB.
+	MaxBodyBytes int64 `yaml:"maxBodyBytes"`
+	// MaxRetries bounds retries on fallback endpoints; 0 means 2, negative
+	// none.
+	MaxRetries int `yaml:"maxRetries"`
+	// UpstreamTimeout bounds the wait for response headers; 0 means none.
+	UpstreamTimeout picker.Duration `yaml:"upstreamTimeout"`
+	// StripHeaders are extra client headers removed before routing.
+	StripHeaders []string `yaml:"stripHeaders"`
+	// EndpointHeader, if set, names the chosen endpoint on the upstream
+	// request.
+	EndpointHeader string `yaml:"endpointHeader"`
+}
+
+// ScrapeConfig tunes the scraper.
+type ScrapeConfig struct {
+	// Disabled turns scraping off: the picker then scores on its own
+	// in-flight accounting only.
+	Disabled bool `yaml:"disabled"`
+	// Interval between scrapes of an endpoint; default 50ms.
+	Interval picker.Duration `yaml:"interval"`
+	// Timeout of one scrape; default 1s.
+	Timeout picker.Duration `yaml:"timeout"`
+	// FailureThreshold is the consecutive failures after which an endpoint
+	// is marked down; default 3.
+	FailureThreshold int `yaml:"failureThreshold"`
+}
+
+// PoolConfig is one pool: the model names it serves, its endpoints and its
+// picker configuration.
+type PoolConfig struct {
+	// Name is the pool's unique name.
+	Name string `yaml:"name"`
+	// Models are served model names routed to this pool unchanged.
+	Models []string `yaml:"models"`
+	// Adapters maps LoRA adapter names to their base model.
+	Adapters map[string]string `yaml:"adapters"`
+	// Aliases maps client-facing names to a model or adapter of the pool;
+	// the body is rewritten on the way up and the response back.
+	Aliases map[string]string `yaml:"aliases"`
+	// Picker is the pool's picker configuration (filters, scorer weights,
+	// strategy); omitted means picker.DefaultConfig().
+	Picker *picker.Config `yaml:"picker"`
+	// Endpoints are the pool's static endpoints.
+	Endpoints []EndpointConfig `yaml:"endpoints"`
+}
+
+// EndpointConfig is one static model-server replica.
+type EndpointConfig struct {
+	// Name identifies the endpoint; default its address.
+	Name string `yaml:"name"`
+	// Address is host:port. Required.
+	Address string `yaml:"address"`
+	// Engine is vllm (default), sglang, tgi, triton-tensorrt-llm or
+	// trtllm-serve: it selects the metric names scraped.
+	Engine string `yaml:"engine"`
+	// Model is the base model the endpoint serves; "" serves any model of
+	// the pool.
+	Model string `yaml:"model"`
+	// Adapters the endpoint can load; omitted means unknown (any).
+	Adapters []string `yaml:"adapters"`
+	// MetricsURL overrides http://Address/metrics.
+	MetricsURL string `yaml:"metricsURL"`
+	// Labels are free-form labels (zone, gpu, …) for filters and scorers.
+	Labels map[string]string `yaml:"labels"`
+}
+
+// ParseConfig parses a YAML (or JSON) configuration strictly: unknown
+// fields are errors. It fills the defaults and checks what can be checked
+// without building the pickers.
+func ParseConfig(data []byte) (Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("gateway config: %w", err)
+	}
+	c.defaults()
+	if len(c.Pools) == 0 {
+		return Config{}, errors.New("gateway config: pools: at least one pool is required")
+	}
+	for i, p := range c.Pools {
+		for j, ep := range p.Endpoints {
+			if ep.Address == "" {
+				return Config{}, fmt.Errorf("gateway config: pools[%d] (%s).endpoints[%d]: address is required", i, p.Name, j)
+			}
+		}
+	}
+	return c, nil
+}
+
+// LoadConfig reads and parses the configuration file at path.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	return ParseConfig(b)
+}
+
+func (c *Config) defaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8080"
+	}
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = picker.Duration(10 * time.Second)
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = picker.Duration(120 * time.Second)
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = picker.Duration(60 * time.Second)
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+}

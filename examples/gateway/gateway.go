@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/inferroute/inferroute/picker"
+	"github.com/inferroute/inferroute/router"
+	"github.com/inferroute/inferroute/signals"
+	"github.com/inferroute/inferroute/signals/latency"
+	"github.com/inferroute/inferroute/signals/prefix"
+	"github.com/inferroute/inferroute/signals/scrape"
+)
+
+// Gateway is a built gateway: the proxy, its pools' pickers, the scraper
+// and the metrics pipeline, behind one http.Handler.
+type Gateway struct {
+	cfg      Config
+	log      *slog.Logger
+	handler  http.Handler
+	proxy    *router.Proxy
+	scraper  *scrape.Scraper
+	mp       *sdkmetric.MeterProvider
+	pickers  map[string]*picker.Picker
+	eps      []*signals.Endpoint
+	indexes  []*prefix.Index
+	registry *prometheus.Registry
+}
+
+// NewGateway builds a gateway from cfg: per pool a prefix index, a TTFT
+// predictor and a picker over the static endpoints; one scraper for every
+// endpoint; the routing table and proxy; and an OpenTelemetry meter
+// provider exported in the Prometheus format on /metrics. Nothing runs
+// until Start.
+func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
+	g := &Gateway{cfg: cfg, log: log, pickers: map[string]*picker.Picker{}, registry: prometheus.NewRegistry()}
+	g.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	exp, err := otelprom.New(otelprom.WithRegisterer(g.registry))
+	if err != nil {
+		return nil, fmt.Errorf("prometheus exporter: %w", err)
+	}
+	g.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	meter := g.mp.Meter("github.com/inferroute/inferroute/examples/gateway")
+
+	hasher := prefix.NewHasher(prefix.HashConfig{})
+	tc := router.TableConfig{Default: cfg.DefaultPool, Fallback: cfg.FallbackPool, Created: time.Now()}
+	for _, pc := range cfg.Pools {
+		ix, err := prefix.NewIndex(prefix.IndexConfig{TokensPerBlock: hasher.Config().TokenBlock, Meter: meter})
+		if err != nil {
+			return nil, err
+		}
+		g.indexes = append(g.indexes, ix)
+		pcfg := picker.DefaultConfig()
+		if pc.Picker != nil {
+			pcfg = *pc.Picker
+		}
+		halfLife := time.Duration(pcfg.StalenessHalfLife)
+		if halfLife == 0 {
+			halfLife = picker.DefaultHalfLife
+		}
+		pred := latency.New(latency.Config{HalfLife: halfLife})
+		pk, err := picker.New(pcfg,
+			picker.WithLogger(log.With("pool", pc.Name)),
+			picker.WithMeterProvider(g.mp),
+			picker.WithPrefixMatcher(ix),
+			picker.WithLatencyEstimator(pred),
+		)
+		if err != nil {
+			return nil, fmt.Errorf("pool %q: %w", pc.Name, err)
+		}
+		var eps []*signals.Endpoint
+		for _, ec := range pc.Endpoints {
+			eps = append(eps, signals.NewEndpoint(signals.EndpointSpec{
+				Name: ec.Name, Address: ec.Address, MetricsURL: ec.MetricsURL, Engine: ec.Engine,
+				Model: ec.Model, Adapters: ec.Adapters, Labels: ec.Labels,
+			}))
+		}
+		pk.SetEndpoints(eps)
+		g.eps = append(g.eps, eps...)
+		g.pickers[pc.Name] = pk
+		tc.Pools = append(tc.Pools, router.PoolConfig{
+			Name: pc.Name, Picker: pk, Models: pc.Models, Adapters: pc.Adapters, Aliases: pc.Aliases,
+		})
+	}
+	table, err := router.NewTable(tc)
+	if err != nil {
+		return nil, err
+	}
+	g.proxy, err = router.NewProxy(table, router.Config{
+		Hasher:          hasher,
+		MaxBodyBytes:    cfg.Router.MaxBodyBytes,
+		MaxRetries:      cfg.Router.MaxRetries,
+		UpstreamTimeout: time.Duration(cfg.Router.UpstreamTimeout),
+		StripHeaders:    cfg.Router.StripHeaders,
+		EndpointHeader:  cfg.Router.EndpointHeader,
+		Logger:          log,
+		MeterProvider:   g.mp,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.Scrape.Disabled {
+		g.scraper, err = scrape.New(scrape.Config{
+			Interval:         time.Duration(cfg.Scrape.Interval),
+			Timeout:          time.Duration(cfg.Scrape.Timeout),
+			FailureThreshold: cfg.Scrape.FailureThreshold,
+		}, scrape.WithMeterProvider(g.mp), scrape.WithLogger(log))
+		if err != nil {
+			return nil, err
+		}
+		g.scraper.SetEndpoints(g.eps)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", g.healthz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{}))
+	mux.Handle("/", g.proxy)
+	g.handler = mux
+	return g, nil
+}
+
+// Handler returns the gateway's HTTP handler: /healthz, /metrics and the
+// proxy for everything else.
+func (g *Gateway) Handler() http.Handler { return g.handler }
+
+// healthz answers 200 when at least one endpoint is healthy, else 503.
+func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {
+	for _, ep := range g.eps {
+		if ep.Healthy() {
+			_, _ = w.Write([]byte("ok\n"))
+			return
+		}
+	}
+	http.Error(w, "no healthy endpoint", http.StatusServiceUnavailable)
+}
+
+// Start starts the scraper. It returns at once.
+func (g *Gateway) Start(ctx context.Context) error {
+	if g.scraper == nil {
+		return nil
+	}
+	return g.scraper.Start(ctx)
+}
+
+// Close stops the scraper and flushes the metrics pipeline.
+func (g *Gateway) Close(ctx context.Context) error {
+	if g.scraper != nil {
+		g.scraper.Stop()
+	}
+	var errs []error
+	for _, ix := range g.indexes {
+		errs = append(errs, ix.Close())
+	}
+	errs = append(errs, g.mp.Shutdown(ctx))
+	return errors.Join(errs...)
+}
+
+// run serves the gateway described by cfg on ln until ctx ends, then shuts
+// down gracefully: it stops accepting connections, lets requests and
+// streams in flight finish for up to cfg.DrainTimeout, and stops the
+// scraper. It returns nil after a clean drain. A demo mode (or a test) can
+// call it with its own listener and configuration.
+func run(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) error {
+	g, err := NewGateway(cfg, log)
+	if err != nil {
+		return err
+	}
+	if err := g.Start(ctx); err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           g.Handler(),
+		ReadHeaderTimeout: time.Duration(cfg.ReadHeaderTimeout),
+		IdleTimeout:       time.Duration(cfg.IdleTimeout),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("gateway listening", "address", ln.Addr().String(), "pools", len(cfg.Pools), "endpoints", len(g.eps))
+	select {
+	case err := <-errc:
+		_ = g.Close(context.Background())
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("draining", "timeout", time.Duration(cfg.DrainTimeout).String())
+	dctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.DrainTimeout))
+	defer cancel()
+	serr := srv.Shutdown(dctx)
+	if serr != nil {
+		_ = srv.Close() // drain timed out: cut the remaining streams
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serr = errors.Join(serr, err)
+	}
+	serr = errors.Join(serr, g.Close(dctx))
+	log.Info("stopped")
+	return serr
+}

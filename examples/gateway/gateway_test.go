@@ -1,0 +1,317 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fixtures is shared/fixtures beside the checkout.
+const fixtures = "../../../shared/fixtures"
+
+func fixture(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(fixtures, name))
+	require.NoError(t, err)
+	return b
+}
+
+const base = "meta-llama/Llama-3.1-8B-Instruct"
+
+// pod is an httptest model server answering with real llm-d-inference-sim
+// captures: a chat completion, or its SSE stream, and a vLLM /metrics page.
+type pod struct {
+	srv      *httptest.Server
+	requests atomic.Int64
+	hold     chan struct{} // when non-nil, streams wait on it before their last event
+	models   chan string   // the "model" the pod saw
+}
+
+func newPod(t *testing.T, hold chan struct{}) *pod {
+	t.Helper()
+	p := &pod{hold: hold, models: make(chan string, 64)}
+	chat := fixture(t, "openai/llm-d-inference-sim/chat-completions.response.json")
+	sse := fixture(t, "openai/llm-d-inference-sim/chat-completions-lora-stream.response.sse")
+	metrics := fixture(t, "metrics/llm-d-inference-sim-idle.prom")
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			_, _ = w.Write(metrics)
+			return
+		}
+		p.requests.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		stream := strings.Contains(string(body), `"stream":true`)
+		switch {
+		case strings.Contains(string(body), `"model":"`+base+`"`):
+			p.models <- base
+		case strings.Contains(string(body), `"model":"sql-lora"`):
+			p.models <- "sql-lora"
+		default:
+			p.models <- "?"
+		}
+		if !stream {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(chat)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		events := strings.SplitAfter(string(sse), "\n\n")
+		for i, ev := range events {
+			if i == len(events)-2 && p.hold != nil {
+				<-p.hold
+			}
+			_, _ = io.WriteString(w, ev)
+			w.(http.Flusher).Flush()
+		}
+	}))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *pod) addr() string { return p.srv.Listener.Addr().String() }
+
+// startGateway runs the gateway on a loopback listener until the test ends
+// (or stop is called) and returns its base URL and a stop function that
+// waits for run to return.
+func startGateway(t *testing.T, yaml string) (string, func() error) {
+	t.Helper()
+	cfg, err := ParseConfig([]byte(yaml))
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	go func() { done <- run(ctx, cfg, ln, log) }()
+	var stopped atomic.Bool
+	stop := func() error {
+		cancel()
+		if stopped.Swap(true) {
+			return nil
+		}
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Second):
+			return errors.New("run did not return")
+		}
+	}
+	t.Cleanup(func() { _ = stop() })
+	return "http://" + ln.Addr().String(), stop
+}
+
+func gatewayYAML(addrs ...string) string {
+	var eps strings.Builder
+	for i, a := range addrs {
+		eps.WriteString("      - name: pod-" + string(rune('a'+i)) + "\n        address: " + a +
+			"\n        engine: vllm\n        labels: {gpu: h100}\n")
+	}
+	return `
+listen: 127.0.0.1:0
+drainTimeout: 10s
+scrape:
+  interval: 20ms
+pools:
+  - name: llama
+    models: [` + base + `]
+    adapters: {sql-lora: ` + base + `}
+    aliases: {llama: ` + base + `}
+    picker:
+      filters: [{name: healthy}]
+      scorers:
+        - {name: queue, weight: 2}
+        - {name: kv-cache, weight: 2}
+        - {name: running, weight: 1}
+        - {name: lora, weight: 1}
+    endpoints:
+` + eps.String()
+}
+
+func TestOpenAISDK(t *testing.T) {
+	a, b := newPod(t, nil), newPod(t, nil)
+	url, _ := startGateway(t, gatewayYAML(a.addr(), b.addr()))
+	client := openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey("test"), option.WithMaxRetries(0))
+	ctx := context.Background()
+
+	t.Run("chat completion through an alias", func(t *testing.T) {
+		resp, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+			Model:    "llama",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello!")},
+		})
+		require.NoError(t, err)
+		assert.Equal(t, "llama", resp.Model, "the served name is rewritten back to the alias")
+		require.Len(t, resp.Choices, 1)
+		assert.Equal(t, "I am fine, how ", resp.Choices[0].Message.Content)
+		assert.Equal(t, int64(12), resp.Usage.PromptTokens)
+		assert.Equal(t, base, podModel(t, a, b), "the pod sees the served name")
+	})
+
+	t.Run("streaming on a LoRA adapter", func(t *testing.T) {
+		stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+			Model:         "sql-lora",
+			Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello!")},
+			StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+		})
+		var acc openai.ChatCompletionAccumulator
+		chunks := 0
+		for stream.Next() {
+			acc.AddChunk(stream.Current())
+			chunks++
+		}
+		require.NoError(t, stream.Err())
+		assert.Equal(t, 10, chunks)
+		assert.Equal(t, "Testing, testing 1,2,", acc.Choices[0].Message.Content)
+		assert.Equal(t, int64(33), acc.Usage.TotalTokens)
+		assert.Equal(t, "sql-lora", podModel(t, a, b))
+	})
+
+	t.Run("unknown model", func(t *testing.T) {
+		_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+			Model:    "gpt-9",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Hello!")},
+		})
+		var apiErr *openai.Error
+		require.ErrorAs(t, err, &apiErr)
+		assert.Equal(t, 404, apiErr.StatusCode)
+		assert.Equal(t, "model_not_found", apiErr.Code)
+		assert.Equal(t, "model", apiErr.Param)
+	})
+
+	t.Run("models list", func(t *testing.T) {
+		page, err := client.Models.List(ctx)
+		require.NoError(t, err)
+		var ids []string
+		for _, m := range page.Data {
+			ids = append(ids, m.ID)
+		}
+		assert.Equal(t, []string{base, "sql-lora", "llama"}, ids)
+	})
+}
+
+func podModel(t *testing.T, pods ...*pod) string {
+	t.Helper()
+	for {
+		for _, p := range pods {
+			select {
+			case m := <-p.models:
+				return m
+			default:
+			}
+		}
+		select {
+		case <-time.After(time.Millisecond):
+		case <-t.Context().Done():
+			return ""
+		}
+	}
+}
+
+func TestHealthzAndMetrics(t *testing.T) {
+	a := newPod(t, nil)
+	url, _ := startGateway(t, gatewayYAML(a.addr()))
+	r, err := http.Get(url + "/healthz")
+	require.NoError(t, err)
+	_ = r.Body.Close()
+	assert.Equal(t, 200, r.StatusCode)
+
+	r, err = http.Post(url+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"`+base+`","messages":[{"role":"user","content":"hi"}]}`))
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, r.Body)
+	_ = r.Body.Close()
+	require.Equal(t, 200, r.StatusCode)
+
+	r, err = http.Get(url + "/metrics")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(r.Body)
+	_ = r.Body.Close()
+	text := string(b)
+	assert.Contains(t, text, `inferroute_router_requests_total{code="200",model="`+base+`"`)
+	assert.Contains(t, text, "inferroute_router_ttft_seconds_bucket")
+	assert.Contains(t, text, "go_goroutines")
+}
+
+func TestGracefulShutdownDrainsStreams(t *testing.T) {
+	hold := make(chan struct{})
+	a := newPod(t, hold)
+	url, stop := startGateway(t, gatewayYAML(a.addr()))
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"sql-lora","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	first, err := br.ReadString('\n')
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(first, "data: "))
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	// Shutdown has begun when new connections are refused.
+	for {
+		c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		if err != nil {
+			break
+		}
+		_ = c.Close()
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("run returned with a stream in flight: %v", err)
+	default:
+	}
+	close(hold) // the pod finishes the stream
+	rest, err := io.ReadAll(br)
+	require.NoError(t, err)
+	assert.True(t, strings.HasSuffix(string(rest), "data: [DONE]\n\n"), "the stream completed during the drain")
+	require.NoError(t, <-stopped)
+}
+
+func TestParseConfig(t *testing.T) {
+	tests := []struct {
+		name, yaml, err string
+	}{
+		{"unknown field", "pools: [{name: a, bogus: 1}]", "bogus"},
+		{"no pools", "listen: :8080", "at least one pool"},
+		{"endpoint without address", "pools: [{name: a, endpoints: [{name: x}]}]", "address is required"},
+		{"bad duration", "drainTimeout: soon\npools: [{name: a}]", "duration"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tc.yaml))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.err)
+		})
+	}
+	cfg, err := ParseConfig([]byte("pools: [{name: a}]"))
+	require.NoError(t, err)
+	assert.Equal(t, "127.0.0.1:8080", cfg.Listen)
+	assert.Equal(t, 10*time.Second, time.Duration(cfg.ReadHeaderTimeout))
+	assert.Nil(t, cfg.Pools[0].Picker, "no picker section means picker.DefaultConfig")
+}
+
+func TestExampleConfigParses(t *testing.T) {
+	b, err := os.ReadFile("gateway.yaml")
+	require.NoError(t, err)
+	cfg, err := ParseConfig(b)
+	require.NoError(t, err)
+	_, err = NewGateway(cfg, slog.New(slog.DiscardHandler))
+	require.NoError(t, err, "the README's configuration builds")
+}
