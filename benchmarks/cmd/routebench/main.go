@@ -19,7 +19,8 @@
 //	-quick            scaled-down suite
 //	-json             print the report as JSON instead of tables
 //	-scenario LIST    comma-separated scenarios (uniform,hetero,bursty,prefix,azure)
-//	-policies LIST    comma-separated policies (round-robin,random,least-request,inferroute)
+//	-policies LIST    comma-separated policies (default: all of round-robin,random,least-request,
+//	                  inferroute,llm-d,sglang-cache-aware,dynamo-kv,aibrix-prefix,sglang-least-load,oracle)
 //	-loads LIST       comma-separated loads as fractions of capacity (default 0.5,0.7,0.9)
 //	-seed N           seed of workloads, scrapes and policies (default 1)
 //	-requests N       requests per run (default 6000, 800 with -quick)
@@ -29,6 +30,28 @@
 //	-profiles LIST    comma-separated hardware profiles repeated over the pods
 //	-parallel N       runs simulated at once (default: GOMAXPROCS)
 //	-progress=false   no progress bar
+//	-config FILE      run the inferroute policy with this picker configuration (YAML/JSON)
+//	-plots DIR        write PNG plots: TTFT CDF per scenario and load, TTFT through the bursts
+//	-check SPEC       after the suite, check thresholds (built-in "targets" or "ci", or a
+//	                  YAML/JSON file) and exit 1 naming scenario, policy and figure on a regression
+//	-capacity         instead of the suite: per policy, the fewest pods meeting a p99 TTFT SLO
+//	                  at a rate (-rate, -slo, -max-pods)
+//	-tune             instead of the suite: search weights and thresholds on training traffic,
+//	                  report before/after on held-out traffic, write the YAML (-tune-budget, -tune-out)
+//
+// Using it in your own CI, on your own trace and configuration:
+//
+//	go run github.com/inferroute/inferroute/benchmarks/cmd/routebench \
+//	    -trace my-trace.jsonl -config my-picker.yaml -check my-thresholds.yaml -progress=false
+//
+// where my-thresholds.yaml holds rules such as
+//
+//	rules:
+//	  - {figure: ttft_p99, versus: round-robin, max_ratio: 0.8}
+//	  - {figure: ttft_mean, versus: best-peer, max_ratio: 1.0}
+//
+// The command exits with status 1 and lists every violated rule when one
+// regresses.
 package main
 
 import (
@@ -70,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		quick     = fs.Bool("quick", false, "run the scaled-down suite")
 		asJSON    = fs.Bool("json", false, "print the report as JSON instead of tables")
 		scenarios = fs.String("scenario", "", "comma-separated scenarios to run (default: all of uniform,hetero,bursty,prefix,azure)")
-		policies  = fs.String("policies", strings.Join(policy.Baselines(), ","), "comma-separated policies")
+		policies  = fs.String("policies", strings.Join(policy.All(), ","), "comma-separated policies")
 		loads     = fs.String("loads", "", "comma-separated loads as fractions of capacity (default 0.5,0.7,0.9)")
 		seed      = fs.Uint64("seed", 1, "seed of workloads, scrapes and policies")
 		requests  = fs.Int("requests", 0, fmt.Sprintf("requests per run (default %d, %d with -quick)", sim.DefaultRequests, sim.QuickRequests))
@@ -81,11 +104,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		parallel  = fs.Int("parallel", 0, "runs simulated at once (default GOMAXPROCS)")
 		progress  = fs.Bool("progress", true, "show a progress bar on stderr")
 	)
+	extra := addExtraFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: routebench [flags]\n\n"+
 			"Runs inferroute's routing benchmark: the default suite of scenarios on a simulated\n"+
 			"fleet of vLLM-like pods, each at 50%%, 70%% and 90%% of the fleet's capacity, with the\n"+
-			"default picker and the baseline policies. Tables go to stdout, progress to stderr.\n\n")
+			"default picker, the baselines, the peers' algorithms and the oracle. Tables go to stdout,\n"+
+			"progress to stderr. -capacity sizes fleets, -tune searches picker configurations,\n"+
+			"-plots draws PNGs and -check gates CI on thresholds.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -123,7 +149,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		bar = newProgressBar(stderr)
 		o.Progress = bar.update
 	}
+	spec, err := extra.prepare(&o)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
+	if handled, err := extra.mode(ctx, o, stdout, stderr, o.Progress); handled {
+		if bar != nil {
+			bar.finish(time.Since(start))
+		}
+		return err
+	}
 	rep, err := sim.RunSuite(ctx, o)
 	if bar != nil {
 		bar.finish(time.Since(start))
@@ -137,9 +173,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else if err := rep.WriteTable(stdout); err != nil {
+		return err
 	}
-	return rep.WriteTable(stdout)
+	return extra.after(rep, spec, stdout, stderr)
 }
 
 // splitList splits a comma-separated flag value, dropping empty items; nil
