@@ -100,9 +100,9 @@ type Index struct {
 	nsets   int // bitsets in use
 	entries int // (block, endpoint) entries
 	epoch   uint64
-	// version changes whenever an endpoint's state is created or dropped,
-	// so that Match can reuse the endpoint → state resolution of its last
-	// call when it sees the same candidate list again.
+	// version changes whenever an endpoint's state is created, dropped or
+	// reset for a new generation, so that Match can reuse the endpoint →
+	// slot resolution of its last call when it sees the same candidates.
 	version atomic.Uint64
 
 	scratch sync.Pool // *matchScratch
@@ -319,6 +319,7 @@ func (ix *Index) stateLocked(ep *signals.Endpoint) *epState {
 		st.lru.Purge()
 		st.lru, _ = simplelru.NewLRU(st.cap, st.evicted) // release the old map
 		st.gen = gen
+		ix.version.Add(1)
 	}
 	if c := ix.capacity(ep); c != st.cap {
 		st.cap = c
@@ -496,11 +497,13 @@ type matchScratch struct {
 	slots []int32 // endpoint index → slot, -1 when it holds nothing
 	cand  []int32 // candidate slots, partitioned in place by search
 
-	// The last candidate list resolved and its states (nil: unknown), valid
-	// while the index's version is ver.
-	eps    []*signals.Endpoint
-	states []*epState
-	ver    uint64
+	// The last candidate list resolved, with each endpoint's slot (-1:
+	// unknown) and the generation its entries belong to, valid while the
+	// index's version is ver.
+	eps   []*signals.Endpoint
+	rslot []int32
+	rgen  []uint64
+	ver   uint64
 }
 
 // Match writes into out[i] the fraction of req.PromptBlocks that eps[i] is
@@ -532,15 +535,15 @@ func (ix *Index) Match(req *signals.Request, eps []*signals.Endpoint, out []floa
 	}
 	ix.mu.RLock()
 	sc.size(len(ix.bySlot), len(eps))
-	states := sc.resolve(ix, eps)
+	sc.resolve(ix, eps)
 	for i, ep := range eps {
-		st := states[i]
-		if st == nil || st.gen != ep.Generation() || st.lru.Len() == 0 {
+		s := sc.rslot[i]
+		if s < 0 || sc.rgen[i] != ep.Generation() {
 			sc.slots[i] = -1
 			continue
 		}
-		sc.slots[i] = st.slot
-		sc.cand = append(sc.cand, st.slot)
+		sc.slots[i] = s
+		sc.cand = append(sc.cand, s)
 	}
 	if len(sc.cand) > 0 {
 		ix.match(hs, sc)
@@ -557,11 +560,12 @@ func (ix *Index) Match(req *signals.Request, eps []*signals.Endpoint, out []floa
 	ix.scratch.Put(sc)
 }
 
-// resolve returns the states of eps, reusing the previous call's when the
-// candidate list and the index's endpoints are unchanged (the usual case: a
-// picker passes the same pool pick after pick), which replaces a map lookup
-// per endpoint with a pointer comparison. ix.mu must be read-locked.
-func (sc *matchScratch) resolve(ix *Index, eps []*signals.Endpoint) []*epState {
+// resolve fills sc.rslot and sc.rgen for eps, reusing the previous call's
+// when the candidate list and the index's endpoints are unchanged (the
+// usual case: a picker passes the same pool pick after pick), which
+// replaces a map lookup per endpoint with a pointer comparison and keeps the
+// per-endpoint work on contiguous arrays. ix.mu must be read-locked.
+func (sc *matchScratch) resolve(ix *Index, eps []*signals.Endpoint) {
 	ver := ix.version.Load()
 	if ver == sc.ver && len(eps) == len(sc.eps) {
 		same := true
@@ -572,16 +576,21 @@ func (sc *matchScratch) resolve(ix *Index, eps []*signals.Endpoint) []*epState {
 			}
 		}
 		if same {
-			return sc.states
+			return
 		}
 	}
 	sc.eps = append(sc.eps[:0], eps...)
-	sc.states = sc.states[:0]
+	sc.rslot, sc.rgen = sc.rslot[:0], sc.rgen[:0]
 	for _, ep := range eps {
-		sc.states = append(sc.states, ix.eps[ep])
+		if st := ix.eps[ep]; st != nil {
+			sc.rslot = append(sc.rslot, st.slot)
+			sc.rgen = append(sc.rgen, st.gen)
+		} else {
+			sc.rslot = append(sc.rslot, -1)
+			sc.rgen = append(sc.rgen, 0)
+		}
 	}
 	sc.ver = ver
-	return sc.states
 }
 
 func (sc *matchScratch) size(slots, eps int) {
@@ -638,8 +647,19 @@ func (ix *Index) partition(hs []uint64, j, m int, cand []int32) int {
 		return 0
 	}
 	k := 0
+	if v&bitsetTag != 0 {
+		bs := ix.set(v)
+		for i, s := range cand {
+			if bs[s>>6]&(1<<(s&63)) != 0 {
+				cand[i], cand[k] = cand[k], s
+				k++
+			}
+		}
+		return k
+	}
+	f0, f1, f2 := int32(v&fieldMask)-1, int32((v>>fieldBits)&fieldMask)-1, int32((v>>(2*fieldBits))&fieldMask)-1
 	for i, s := range cand {
-		if holds(ix, v, s) {
+		if s == f0 || s == f1 || s == f2 {
 			cand[i], cand[k] = cand[k], s
 			k++
 		}
@@ -664,14 +684,4 @@ func (ix *Index) search(hs []uint64, lo, hi, m int, cand []int32, sc *matchScrat
 		ix.search(hs, mid+1, hi, m, cand[:k], sc)
 		cand, hi = cand[k:], mid
 	}
-}
-
-// holds reports whether holder set v contains slot s.
-func holds(ix *Index, v uint64, s int32) bool {
-	if v&bitsetTag != 0 {
-		bs := ix.set(v)
-		return int(s>>6) < len(bs) && bs[s>>6]&(1<<(s&63)) != 0
-	}
-	f := uint64(s) + 1
-	return v&fieldMask == f || (v>>fieldBits)&fieldMask == f || (v>>(2*fieldBits))&fieldMask == f
 }
