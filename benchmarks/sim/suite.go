@@ -107,10 +107,29 @@ type ScenarioResult struct {
 	Requests int `json:"requests"`
 	// SLO is the goodput objective.
 	SLO SLO `json:"slo"`
+	// Workload summarises the traffic.
+	Workload WorkloadSummary `json:"workload"`
 	// Policies has one entry per policy, in the order asked for.
 	Policies []Metrics `json:"policies"`
 	// Reduction compares inferroute with round-robin when both ran.
 	Reduction *Reduction `json:"inferroute_vs_round_robin,omitempty"`
+}
+
+// WorkloadSummary describes a scenario's traffic (workload.Stats).
+type WorkloadSummary struct {
+	// PromptMean and OutputMean are the mean prompt and output lengths in
+	// tokens.
+	PromptMean float64 `json:"prompt_mean_tokens"`
+	OutputMean float64 `json:"output_mean_tokens"`
+	// InterArrivalCV is the coefficient of variation of the inter-arrival
+	// times (1 for Poisson; rate scaling keeps it).
+	InterArrivalCV float64 `json:"interarrival_cv"`
+	// SharedPrefix is the fraction of prompt tokens in a prefix an earlier
+	// request already had: the hit rate of one infinite cache for the whole
+	// fleet, an upper bound for the servers' prefix hit rate.
+	SharedPrefix float64 `json:"shared_prefix"`
+	// AdapterFraction is the fraction of requests that use a LoRA adapter.
+	AdapterFraction float64 `json:"adapter_fraction"`
 }
 
 // Reduction is inferroute's reduction of TTFT relative to round-robin, in
@@ -142,6 +161,7 @@ type prepared struct {
 	sc  Scenario
 	w   *workload.Workload
 	cap Capacity
+	sum WorkloadSummary
 }
 
 // RunSuite runs the selected scenarios at every load with every policy and
@@ -212,7 +232,11 @@ func RunSuite(ctx context.Context, o Options) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sim: scenario %s: %w", sc.Name, err)
 		}
-		preps = append(preps, prepared{sc: sc, w: w, cap: c})
+		st := w.Stats()
+		preps = append(preps, prepared{sc: sc, w: w, cap: c, sum: WorkloadSummary{
+			PromptMean: st.PromptMean, OutputMean: st.OutputMean, InterArrivalCV: st.InterArrivalCV,
+			SharedPrefix: st.SharedPrefixFraction, AdapterFraction: st.AdapterFraction,
+		}})
 	}
 
 	// One result slot per (scenario, load); one job per policy in it.
@@ -238,7 +262,7 @@ func RunSuite(ctx context.Context, o Options) (*Report, error) {
 			rep.Scenarios = append(rep.Scenarios, ScenarioResult{
 				Name: p.sc.Name, Description: p.sc.Description,
 				Load: load, Rate: rate, Capacity: p.cap.Rate,
-				Pods: profiles, Requests: len(p.w.Requests), SLO: slo,
+				Pods: profiles, Requests: len(p.w.Requests), SLO: slo, Workload: p.sum,
 				Policies: make([]Metrics, len(o.Policies)),
 			})
 			scaled := p.w.Scale(rate)

@@ -79,6 +79,10 @@ func TestRunSuiteSmall(t *testing.T) {
 	assert.InDelta(t, s.Capacity/2, s.Rate, 1e-9)
 	assert.Equal(t, 120, s.Requests)
 	assert.Equal(t, DefaultSLO, s.SLO)
+	assert.Positive(t, s.Workload.PromptMean)
+	assert.Positive(t, s.Workload.OutputMean)
+	assert.InDelta(t, 1, s.Workload.InterArrivalCV, 0.25, "Poisson arrivals")
+	assert.Zero(t, s.Workload.SharedPrefix, "uniform shares no prefixes")
 	require.Len(t, s.Policies, 2)
 	assert.Equal(t, policy.RoundRobin, s.Policies[0].Policy)
 	assert.Equal(t, policy.LeastRequest, s.Policies[1].Policy)
@@ -90,6 +94,7 @@ func TestRunSuiteSmall(t *testing.T) {
 	out := buf.String()
 	assert.Contains(t, out, "== uniform at 50% load")
 	assert.Contains(t, out, "8×h100-llama3-8b")
+	assert.Contains(t, out, "inter-arrival CV")
 	assert.Contains(t, out, "least-request")
 	assert.Contains(t, out, "skipped prefix:")
 

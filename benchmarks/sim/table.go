@@ -18,6 +18,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "== %s at %.0f%% load: %.2f req/s of %.2f capacity, %d requests, %s\n",
 			s.Name, 100*s.Load, s.Rate, s.Capacity, s.Requests, fleetString(s.Pods))
 		fmt.Fprintf(&b, "   %s; goodput SLO: TTFT ≤ %s and TPOT ≤ %s\n", s.Description, fmtDur(s.SLO.TTFT), fmtDur(s.SLO.TPOT))
+		wl := s.Workload
+		fmt.Fprintf(&b, "   traffic: prompt %.0f and output %.0f tokens on average, inter-arrival CV %.1f, shared prefix %.0f%%, LoRA %.0f%%\n",
+			wl.PromptMean, wl.OutputMean, wl.InterArrivalCV, 100*wl.SharedPrefix, 100*wl.AdapterFraction)
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "policy\tTTFT mean\tp50\tp99\tTPOT mean\tp99\tE2E p99\tout tok/s\tgoodput\tSLO %\tprefix hit\tpreempt\timbalance\tfailed\t")
 		for _, m := range s.Policies {
