@@ -31,6 +31,9 @@ const (
 	Inferroute = "inferroute"
 )
 
+// ShedSaturation selects SaturationAdmitter in GatewayConfig.Shed.
+const ShedSaturation = "saturation"
+
 // GatewayConfig configures a Gateway. The zero value of every field means
 // its default.
 type GatewayConfig struct {
@@ -39,7 +42,10 @@ type GatewayConfig struct {
 	// ScrapeInterval is the scraper's interval; 0 means 50 ms (the
 	// scraper's default and the simulator's).
 	ScrapeInterval time.Duration
-	// ShedTTFT, when positive, sheds sheddable requests (priority < 0)
+	// Shed selects load shedding of sheddable requests (priority < 0):
+	// ShedSaturation uses SaturationAdmitter; "" uses ShedTTFT.
+	Shed string
+	// ShedTTFT, when positive and Shed is "", sheds sheddable requests (priority < 0)
 	// whose predicted TTFT exceeds it on every endpoint, with the library's
 	// SLO admitter (scorer.SLOAdmitter): the proxy answers 429.
 	ShedTTFT time.Duration
@@ -114,7 +120,10 @@ func StartGateway(ctx context.Context, fleet *emulator.Fleet, cfg GatewayConfig)
 		}
 		pred := latency.New(latency.Config{HalfLife: picker.DefaultHalfLife})
 		opts = append(opts, picker.WithPrefixMatcher(ix), picker.WithLatencyEstimator(pred))
-		if cfg.ShedTTFT > 0 {
+		switch {
+		case cfg.Shed == ShedSaturation:
+			opts = append(opts, picker.WithAdmitter(&SaturationAdmitter{HalfLife: picker.DefaultHalfLife}))
+		case cfg.ShedTTFT > 0:
 			p := scorer.DefaultSLOParams()
 			p.ShedTTFTMs = float64(cfg.ShedTTFT) / float64(time.Millisecond)
 			adm, err := scorer.NewSLOAdmitter(p, scorer.Env{HalfLife: picker.DefaultHalfLife, Matcher: ix, Estimator: pred})

@@ -139,7 +139,7 @@ func (r *Result) TTFTs(speed float64) []float64 {
 
 // Summary is the TTFT mean and percentiles of a sorted sample.
 type Summary struct {
-	N                    int
+	N                   int
 	Mean, P50, P90, P99 float64
 }
 

@@ -67,6 +67,11 @@ func WriteChaos(w io.Writer, r *ChaosResult) error {
 	l := r.Load
 	fmt.Fprintf(w, "requests %d: ok %d, lost before first byte %d, cut mid-stream %d (reported to the client), silently truncated %d; wall %s\n",
 		len(l.Outcomes), l.Count(OK), l.Count(Lost), l.Count(Cut), l.Count(Truncated), l.Elapsed.Round(time.Millisecond))
+	for _, o := range l.Outcomes {
+		if o.Status == Lost || o.Status == Truncated {
+			fmt.Fprintf(w, "  request %d %s: %v\n", o.Index, o.Status, o.Err)
+		}
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "pod\tkilled at\tdown for\tattempts while dead\ttraffic after first connect error\tscrape interval")
 	var start time.Time

@@ -411,9 +411,6 @@ type OverloadConfig struct {
 	// Critical is the fraction of critical requests (priority 1); the rest
 	// are sheddable (priority -1). 0 means 0.3.
 	Critical float64
-	// ShedTTFT is the predicted TTFT over which sheddable requests are
-	// shed; 0 means 1 s.
-	ShedTTFT time.Duration
 	// Seed seeds the workload, the picker and the scraper; 0 means 1.
 	Seed uint64
 }
@@ -437,7 +434,7 @@ type RuntimeSample struct {
 }
 
 // Overload offers cfg.Load × capacity of mixed critical and sheddable
-// requests to the default picker's gateway with the SLO admitter on, and
+// requests to the default picker's gateway with SaturationAdmitter on, and
 // samples the process's goroutines and heap while it runs.
 func Overload(ctx context.Context, cfg OverloadConfig) (*OverloadResult, error) {
 	if cfg.Profiles == nil {
@@ -451,9 +448,6 @@ func Overload(ctx context.Context, cfg OverloadConfig) (*OverloadResult, error) 
 	}
 	if cfg.Critical <= 0 {
 		cfg.Critical = 0.3
-	}
-	if cfg.ShedTTFT <= 0 {
-		cfg.ShedTTFT = time.Second
 	}
 	if cfg.Seed == 0 {
 		cfg.Seed = 1
@@ -490,7 +484,7 @@ func Overload(ctx context.Context, cfg OverloadConfig) (*OverloadResult, error) 
 			mu.Unlock()
 		}
 	}
-	run, err := runHTTP(ctx, cfg.Profiles, 1, GatewayConfig{Policy: Inferroute, Seed: cfg.Seed, ShedTTFT: cfg.ShedTTFT}, w, during)
+	run, err := runHTTP(ctx, cfg.Profiles, 1, GatewayConfig{Policy: Inferroute, Seed: cfg.Seed, Shed: ShedSaturation}, w, during)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,9 @@ import (
 	"github.com/inferroute/inferroute/signals/prefix"
 )
 
+// HeaderPod is the response header naming the pod that served a request.
+const HeaderPod = "X-Inference-Pod"
+
 // maxBodyBytes bounds a request body.
 const maxBodyBytes = 8 << 20
 
@@ -100,6 +103,10 @@ type genRequest struct {
 
 // serveGenerate serves /v1/chat/completions (chat) and /v1/completions.
 func (p *Pod) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool) {
+	// The pod's name, as llm-d-inference-sim sends it
+	// (../shared/fixtures/openai/llm-d-inference-sim/*.response.headers),
+	// so a client behind a gateway sees which pod served it.
+	w.Header().Set(HeaderPod, p.name)
 	n := p.received.Add(1)
 	f := p.Faults()
 	if n > int64(p.opts.MaxRequests) {

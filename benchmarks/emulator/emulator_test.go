@@ -122,6 +122,7 @@ func TestCompletionsPrefixCache(t *testing.T) {
 			resp := post(t, p.URL()+"/v1/completions", body)
 			require.Equal(t, http.StatusOK, resp.StatusCode)
 			assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+			assert.Equal(t, p.Name(), resp.Header.Get(HeaderPod))
 			c := decode[completion](t, resp)
 			assert.Equal(t, "text_completion", c.Object)
 			assert.Equal(t, DefaultModel, c.Model)
