@@ -42,6 +42,9 @@ type Chart struct {
 	Width, Height int
 	// Series are the lines, drawn in order, listed in the legend in order.
 	Series []Series
+	// LegendBottomRight puts the legend in the plot area's bottom-right
+	// corner instead of its top-left one (the empty corner of a CDF).
+	LegendBottomRight bool
 }
 
 // Palette is the colour cycle given to series without a colour: the
@@ -293,8 +296,12 @@ func (c *Chart) legend(img *image.RGBA, xa, ya *axis) {
 		widest = max(widest, textWidth(s.Name))
 	}
 	rowH := glyphH*scale + 8
+	bw, bh := widest+50, len(c.Series)*rowH+8
 	x0, y0 := xa.p0+12, ya.p1+12
-	box := image.Rect(x0, y0, x0+widest+50, y0+len(c.Series)*rowH+8)
+	if c.LegendBottomRight {
+		x0, y0 = xa.p1-12-bw, ya.p0-12-bh
+	}
+	box := image.Rect(x0, y0, x0+bw, y0+bh)
 	fill(img, box, white)
 	hline(img, box.Min.X, box.Max.X, box.Min.Y, black)
 	hline(img, box.Min.X, box.Max.X, box.Max.Y, black)

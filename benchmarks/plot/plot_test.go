@@ -100,3 +100,21 @@ func TestTextWidth(t *testing.T) {
 	assert.Equal(t, (2*advanceW-1)*scale, textWidth("ab"))
 	assert.Equal(t, (advanceW-1)*scale, textWidth("×"), "runes, not bytes")
 }
+
+func TestLegendCorner(t *testing.T) {
+	red := color.RGBA{200, 0, 0, 255}
+	for _, br := range []bool{false, true} {
+		c := &Chart{Width: 400, Height: 300, XMin: 0, XMax: 1, YMin: 0, YMax: 1, LegendBottomRight: br,
+			Series: []Series{{Name: "a", X: []float64{2}, Y: []float64{2}, Color: red}}}
+		img, err := c.Render()
+		require.NoError(t, err)
+		// The legend swatch is drawn 8..36 px right of the box's left edge,
+		// in the middle of the first row.
+		bw := textWidth("a") + 50
+		x0, y0 := 110+12, 60+12
+		if br {
+			x0, y0 = 370-12-bw, 220-12-(glyphH*scale+8+8)
+		}
+		assert.Equal(t, red, img.RGBAAt(x0+20, y0+6+glyphH*scale/2), "bottom-right %v", br)
+	}
+}

@@ -234,7 +234,10 @@ func versus(sc *sim.ScenarioResult, name string, fig func(*sim.Metrics) float64)
 
 // fmtSeconds formats seconds as milliseconds.
 func fmtSeconds(s float64) string {
-	return fmt.Sprintf("%.4g ms", 1000*s)
+	if ms := 1000 * s; ms < 100 {
+		return fmt.Sprintf("%.1f ms", ms)
+	}
+	return fmt.Sprintf("%.0f ms", 1000*s)
 }
 
 // errCheckFailed is wrapped by the error run returns when -check finds

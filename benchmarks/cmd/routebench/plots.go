@@ -38,7 +38,7 @@ func writePlots(dir string, rep *sim.Report) ([]string, error) {
 			Title:  fmt.Sprintf("TTFT CDF: %s at %.0f%% load (%.1f req/s, %d requests)", sc.Name, 100*sc.Load, sc.Rate, sc.Requests),
 			XLabel: "time to first token (s), log scale",
 			YLabel: "fraction of requests",
-			LogX:   true, YMin: 0, YMax: 1,
+			LogX:   true, YMin: 0, YMax: 1, LegendBottomRight: true,
 		}
 		for _, m := range sc.Policies {
 			c.Series = append(c.Series, plot.CDF(m.Policy, m.TTFTs))
