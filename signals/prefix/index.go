@@ -271,7 +271,8 @@ func (ix *Index) Dispatched(req *signals.Request, ep *signals.Endpoint) {
 // prompt (no error, or an error after the first token), re-adding any that
 // were evicted meanwhile. When the request failed before its first token,
 // the entries it added that no successful request confirmed are removed.
-// It implements signals.Observer.
+// A completion from an endpoint the index forgot, or from an earlier
+// generation of it, changes nothing. It implements signals.Observer.
 func (ix *Index) Completed(req *signals.Request, ep *signals.Endpoint, out signals.Outcome) {
 	hs := req.PromptBlocks
 	if len(hs) == 0 || ep == nil {
@@ -280,11 +281,11 @@ func (ix *Index) Completed(req *signals.Request, ep *signals.Endpoint, out signa
 	ok := out.Err == nil || out.TTFT > 0
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	st := ix.eps[ep]
+	if st == nil || st.gen != ep.Generation() {
+		return // forgotten, restarted or down since: nothing to confirm
+	}
 	if !ok {
-		st := ix.eps[ep]
-		if st == nil || st.gen != ep.Generation() {
-			return
-		}
 		ix.positions(len(hs), func(p int) {
 			if v, found := st.lru.Peek(hs[p]); found && v == pending {
 				st.lru.Remove(hs[p])
@@ -292,7 +293,6 @@ func (ix *Index) Completed(req *signals.Request, ep *signals.Endpoint, out signa
 		})
 		return
 	}
-	st := ix.stateLocked(ep)
 	ix.positions(len(hs), func(p int) {
 		h := hs[p]
 		if _, found := st.lru.Peek(h); !found {

@@ -212,15 +212,25 @@ func TestCompletedConfirmsOrUnconfirms(t *testing.T) {
 			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
 			ix.Completed(&signals.Request{PromptBlocks: more}, ep, failed)
 		}, 0.5},
-		{"success re-adds what was dropped", func(ix *Index) {
+		{"success re-adds what was evicted", func(ix *Index) {
+			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
+			ix.Dispatched(&signals.Request{PromptBlocks: chain(nil, 16, 9)}, ep) // evicts more
+			ix.Completed(&signals.Request{PromptBlocks: more}, ep, signals.Outcome{})
+		}, 1},
+		{"a forgotten endpoint is not brought back", func(ix *Index) {
 			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
 			ix.Forget(ep)
 			ix.Completed(&signals.Request{PromptBlocks: more}, ep, signals.Outcome{})
-		}, 1},
+		}, 0},
+		{"a completion after a restart is ignored", func(ix *Index) {
+			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
+			ep.MarkRestarted()
+			ix.Completed(&signals.Request{PromptBlocks: more}, ep, signals.Outcome{})
+		}, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ix := newIndex(t, IndexConfig{Stride: 1})
+			ix := newIndex(t, IndexConfig{Stride: 1, DefaultCapacity: 16})
 			tc.run(ix)
 			assert.InDeltaSlice(t, []float64{tc.want}, match(ix, more, eps), 1e-12)
 		})
