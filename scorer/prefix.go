@@ -89,6 +89,13 @@ func (p PrefixParams) validate() error {
 //   - on a miss no pod is preferred for its cache: remaining candidates
 //     score by load, InverseMinMax, so misses spread over the least loaded.
 //
+// Weights: the yield margins decide when affinity gives way only if the
+// load scorers in the same chain cannot outvote it first. With min-max load
+// scorers (queue, running), whose scores swing by their whole weight for a
+// one-request difference, keep weight(prefix) × (1 − PartialCredit) above
+// the sum of their weights; for example prefix 5 against queue 2 and
+// running 1 with the default PartialCredit of 0.25.
+//
 // Raw values (in.Raw) are the cached fractions. Score is safe for
 // concurrent use and does not allocate.
 type PrefixScorer struct {
