@@ -1,0 +1,112 @@
+package tune
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inferroute/inferroute/benchmarks/sim"
+	"github.com/inferroute/inferroute/picker"
+	"github.com/inferroute/inferroute/scorer"
+)
+
+func scenario(t *testing.T, name string) sim.Scenario {
+	t.Helper()
+	for _, s := range sim.DefaultScenarios() {
+		if s.Name == name {
+			s.Pods = s.Pods[:3]
+			return s
+		}
+	}
+	t.Fatalf("no scenario %s", name)
+	return sim.Scenario{}
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	base := picker.DefaultConfig()
+	s, err := initialState(base)
+	require.NoError(t, err)
+	require.Len(t, s.weights, len(base.Scorers))
+	assert.Equal(t, scorer.DefaultPrefixParams(), s.prefix)
+	assert.Equal(t, picker.DefaultHalfLife, s.halfLife)
+
+	s.weights[0] = 7
+	s.prefix.YieldAbsolute = 16
+	s.halfLife = 500 * time.Millisecond
+	cfg, err := s.config(base)
+	require.NoError(t, err)
+	assert.Equal(t, 2.0, base.Scorers[0].Weight, "base not modified")
+
+	// The YAML round-trips through picker.ParseConfig to the same state,
+	// and the picker accepts it.
+	data, err := cfg.Marshal()
+	require.NoError(t, err)
+	back, err := picker.ParseConfig(data)
+	require.NoError(t, err)
+	_, err = picker.New(back)
+	require.NoError(t, err)
+	s2, err := initialState(back)
+	require.NoError(t, err)
+	assert.Equal(t, 7.0, s2.weights[0])
+	assert.Equal(t, 16.0, s2.prefix.YieldAbsolute)
+	assert.Equal(t, 500*time.Millisecond, s2.halfLife)
+}
+
+func TestSearchSpace(t *testing.T) {
+	ps := searchSpace(picker.DefaultConfig())
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.name
+		assert.NotEmpty(t, p.values)
+	}
+	assert.Equal(t, []string{
+		"weight of queue", "weight of kv-cache", "weight of prefix", "weight of lora", "weight of running",
+		"weight of latency", "prefix minMatch", "prefix yieldAbsolute", "prefix yieldRelative", "stalenessHalfLife (ms)",
+	}, names)
+}
+
+func TestScore(t *testing.T) {
+	sp := []split{{rrTrain: sim.Metrics{TTFTMean: 1, TTFTP99: 4}, rrTest: sim.Metrics{TTFTMean: 2, TTFTP99: 2}}}
+	// Half the mean and half the p99 of round-robin: ½ln½ + ½ln½ = ln½.
+	got := score(sp, []sim.Metrics{{TTFTMean: 0.5, TTFTP99: 2, Requests: 10}}, false)
+	assert.InDelta(t, -0.693147, got, 1e-6)
+	// Against the held-out yardstick, equal figures score 0; a tenth of the
+	// requests failed adds 5 × 0.1.
+	got = score(sp, []sim.Metrics{{TTFTMean: 2, TTFTP99: 2, Requests: 10, Failed: 1}}, true)
+	assert.InDelta(t, 0.5, got, 1e-9)
+}
+
+func TestTuneNoScenarios(t *testing.T) {
+	_, err := Tune(context.Background(), Options{})
+	require.ErrorIs(t, err, ErrNoScenarios)
+}
+
+func TestTuneSmall(t *testing.T) {
+	res, err := Tune(context.Background(), Options{
+		Scenarios: []sim.Scenario{scenario(t, "hetero")},
+		Loads:     []float64{0.8},
+		Requests:  150,
+		Budget:    4,
+		Seed:      3,
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 4, res.Evaluations)
+	assert.LessOrEqual(t, res.TrainAfter, res.TrainBefore, "the search never accepts a worse configuration")
+	require.Len(t, res.Runs, 1)
+	r := res.Runs[0]
+	assert.Equal(t, "hetero", r.Scenario)
+	assert.Equal(t, 150, r.Before.Completed+r.Before.Failed, "the held-out half holds the second 150 requests")
+	for _, s := range res.Trail {
+		assert.Less(t, s.Score, res.TrainBefore)
+	}
+	var b bytes.Buffer
+	require.NoError(t, res.WriteTable(&b))
+	assert.Contains(t, b.String(), "held-out traffic")
+	assert.Contains(t, b.String(), "hetero")
+	_, err = picker.New(res.Config)
+	require.NoError(t, err)
+}
