@@ -74,6 +74,7 @@ func (h *Hasher) renderBody(out []byte, body []byte) ([]byte, int, error) {
 	defer h.putState(st)
 	st.text.keep = true
 	st.text.kept = out
+	st.text.kept0 = len(out)
 	n, err := st.render(body)
 	return st.text.kept, n, err
 }
@@ -120,6 +121,7 @@ func (st *bodyState) render(body []byte) (int, error) {
 	s := &st.s
 	*s = scan{b: body}
 	var tools, instr, msgs, prompt, input span
+	early, late := false, false // messages rendered during the scan; tools or instructions after them
 	s.ws()
 	if !s.eat('{') {
 		return 0, s.fail()
@@ -138,11 +140,24 @@ func (st *bodyState) render(body []byte) (int, error) {
 			}
 			s.ws()
 			v0 := s.i
-			if !s.skip(0) {
+			key := string(body[ks:ke])
+			if key == "messages" && !msgs.ok() && v0 < len(body) && body[v0] == '[' {
+				// Render the messages during this scan (after any tools or
+				// instructions seen so far); a tools or instructions field
+				// after them means rendering again in the fixed order.
+				if _, err := st.chat(tools, instr, span{}); err != nil {
+					return 0, err
+				}
+				if err := st.messages(span{v0, len(body)}); err != nil {
+					return 0, err
+				}
+				msgs = span{v0, s.i}
+				early = true
+			} else if !s.skip(0) {
 				return 0, s.fail()
 			}
 			v := span{v0, s.i}
-			switch string(body[ks:ke]) {
+			switch key {
 			case "messages":
 				msgs = v
 			case "prompt":
@@ -151,8 +166,10 @@ func (st *bodyState) render(body []byte) (int, error) {
 				input = v
 			case "instructions":
 				instr = v
+				late = late || (early && !isNull(body[v.start:v.end]))
 			case "tools":
 				tools = v
+				late = late || (early && !isNull(body[v.start:v.end]))
 			}
 			s.ws()
 			if s.eat(',') {
@@ -165,6 +182,11 @@ func (st *bodyState) render(body []byte) (int, error) {
 		}
 	}
 	switch {
+	case early && !late:
+		return st.text.total, nil
+	case early:
+		st.text.restart()
+		return st.chat(tools, instr, msgs)
 	case msgs.ok():
 		return st.chat(tools, instr, msgs)
 	case prompt.ok():
@@ -885,12 +907,26 @@ type textSink struct {
 	left  int // blocks still allowed
 	total int // rendered bytes so far
 
-	keep bool // tests: also collect the rendered bytes
-	kept []byte
+	dst0 int    // len(dst) at reset
+	seed uint64 // prev at reset
+
+	keep  bool // tests: also collect the rendered bytes
+	kept  []byte
+	kept0 int // len(kept) when keeping started
 }
 
 func (w *textSink) reset(h *Hasher, dst []uint64, seed uint64) {
 	w.h, w.n, w.prev, w.dst, w.left, w.total = h, 0, seed, dst, h.cfg.MaxBlocks, 0
+	w.dst0, w.seed = len(dst), seed
+	w.kept0 = -1
+}
+
+// restart forgets everything written since reset.
+func (w *textSink) restart() {
+	w.n, w.prev, w.dst, w.left, w.total = 0, w.seed, w.dst[:w.dst0], w.h.cfg.MaxBlocks, 0
+	if w.keep {
+		w.kept = w.kept[:w.kept0]
+	}
 }
 
 func (w *textSink) emit(b []byte) {

@@ -345,3 +345,28 @@ func TestHashBodyLongPromptStreamsLikeHashText(t *testing.T) {
 	assert.Equal(t, len(rendered), n)
 	assert.Equal(t, h.HashText(nil, "m", "", []byte(rendered)), got)
 }
+
+func TestHashBodyToolsOrderDoesNotMatter(t *testing.T) {
+	h := NewHasher(HashConfig{BlockBytes: 16})
+	msgs := `"messages":[{"role":"system","content":"You are a weather bot."},{"role":"user","content":"Boston?"}]`
+	tools := `"tools":[{"type":"function","function":{"name":"get_weather","parameters":{}}}]`
+	instr := `"instructions":"Be brief."`
+	bodies := []string{
+		`{"model":"m",` + tools + `,` + instr + `,` + msgs + `}`,
+		`{"model":"m",` + msgs + `,` + tools + `,` + instr + `}`,
+		`{` + instr + `,` + msgs + `,"model":"m",` + tools + `}`,
+	}
+	want, wantN, err := h.HashBody([]uint64{7}, "m", "", []byte(bodies[0]))
+	require.NoError(t, err)
+	require.Greater(t, len(want), 5)
+	for _, b := range bodies[1:] {
+		got, n, err := h.HashBody([]uint64{7}, "m", "", []byte(b))
+		require.NoError(t, err)
+		assert.Equal(t, wantN, n)
+		assert.Equal(t, want, got, b)
+	}
+	r, _, err := h.renderBody(nil, []byte(bodies[1]))
+	require.NoError(t, err)
+	assert.Equal(t, "\x1etools\x1f[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{}}}]"+
+		"\x1esystem\x1fBe brief.\x1esystem\x1fYou are a weather bot.\x1euser\x1fBoston?", string(r))
+}
