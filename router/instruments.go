@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -16,11 +17,22 @@ const instrumentationName = "github.com/inferroute/inferroute/router"
 // model (the client's model name from the table, so the cardinality is
 // bounded by the table; "" for unknown models) and HTTP status code.
 type instruments struct {
+	sets sync.Map // attrKey → *attrSets, so a request allocates no attribute set
+
 	requests metric.Int64Counter
 	duration metric.Float64Histogram
 	ttft     metric.Float64Histogram
 	retries  metric.Int64Counter
 }
+
+// Histogram boundaries in seconds. The SDK's default boundaries (0, 5, 10,
+// 25, … 10000) suit milliseconds; LLM requests take from milliseconds
+// (cached, short) to minutes (long generations), and TTFT objectives sit
+// between 100 ms and a few seconds.
+var (
+	durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	ttftBuckets     = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10, 30}
+)
 
 func (in *instruments) init(mp metric.MeterProvider) error {
 	if mp == nil {
@@ -35,12 +47,12 @@ func (in *instruments) init(mp metric.MeterProvider) error {
 	}
 	if in.duration, err = m.Float64Histogram("inferroute.router.request.duration",
 		metric.WithDescription("Time from the request's arrival to the end of its response."),
-		metric.WithUnit("s")); err != nil {
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...)); err != nil {
 		return err
 	}
 	if in.ttft, err = m.Float64Histogram("inferroute.router.ttft",
 		metric.WithDescription("Time from dispatch to the first response body byte from the model server."),
-		metric.WithUnit("s")); err != nil {
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(ttftBuckets...)); err != nil {
 		return err
 	}
 	if in.retries, err = m.Int64Counter("inferroute.router.retries",
@@ -58,21 +70,40 @@ func (in *instruments) attrs(c *call) (pool, model string) {
 	return pool, c.route.ClientModel
 }
 
+type attrKey struct {
+	pool, model string
+	code        int
+}
+
+type attrSets struct {
+	request, ttft metric.MeasurementOption
+}
+
+// sets returns the cached attribute options of a (pool, model, code). The
+// table bounds pools and models, and codes are few, so the cache is small.
+func (in *instruments) setsFor(pool, model string, code int) *attrSets {
+	k := attrKey{pool, model, code}
+	if v, ok := in.sets.Load(k); ok {
+		return v.(*attrSets)
+	}
+	v, _ := in.sets.LoadOrStore(k, &attrSets{
+		request: metric.WithAttributeSet(attribute.NewSet(
+			attribute.String("pool", pool), attribute.String("model", model), attribute.String("code", strconv.Itoa(code)))),
+		ttft: metric.WithAttributeSet(attribute.NewSet(attribute.String("pool", pool), attribute.String("model", model))),
+	})
+	return v.(*attrSets)
+}
+
 func (in *instruments) request(ctx context.Context, c *call, status int, d, ttft time.Duration) {
 	if !in.requests.Enabled(ctx) && !in.duration.Enabled(ctx) {
 		return
 	}
 	pool, model := in.attrs(c)
-	set := metric.WithAttributeSet(attribute.NewSet(
-		attribute.String("pool", pool),
-		attribute.String("model", model),
-		attribute.String("code", strconv.Itoa(status)),
-	))
-	in.requests.Add(ctx, 1, set)
-	in.duration.Record(ctx, d.Seconds(), set)
+	sets := in.setsFor(pool, model, status)
+	in.requests.Add(ctx, 1, sets.request)
+	in.duration.Record(ctx, d.Seconds(), sets.request)
 	if ttft > 0 {
-		in.ttft.Record(ctx, ttft.Seconds(), metric.WithAttributeSet(attribute.NewSet(
-			attribute.String("pool", pool), attribute.String("model", model))))
+		in.ttft.Record(ctx, ttft.Seconds(), sets.ttft)
 	}
 }
 

@@ -96,8 +96,9 @@ func TestTableModelsJSON(t *testing.T) {
 
 func TestTableManyModels(t *testing.T) {
 	var pools []PoolConfig
+	pk := newTestPicker(t) // pools may share a picker; one keeps the test fast
 	for i := range 300 {
-		pools = append(pools, PoolConfig{Name: "pool-" + strconv.Itoa(i), Picker: newTestPicker(t), Models: []string{"model-" + strconv.Itoa(i)}})
+		pools = append(pools, PoolConfig{Name: "pool-" + strconv.Itoa(i), Picker: pk, Models: []string{"model-" + strconv.Itoa(i)}})
 	}
 	tab, err := NewTable(TableConfig{Pools: pools})
 	require.NoError(t, err)
