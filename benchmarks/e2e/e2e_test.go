@@ -14,32 +14,34 @@ import (
 	"github.com/inferroute/inferroute/signals/prefix"
 )
 
-// TestCompareShort runs 150 requests at 80% of the hetero fleet's capacity
+// TestCompareShort runs 300 requests at 80% of the hetero fleet's capacity
 // through the gateway with round-robin and with the default picker, and
 // through the simulator. The default picker must lower the mean TTFT over
 // HTTP as it does in the simulation, and no request may fail.
 func TestCompareShort(t *testing.T) {
-	r, err := Compare(context.Background(), CompareConfig{Requests: 150, Load: 0.8, Seed: 3})
+	r, err := Compare(context.Background(), CompareConfig{Requests: 300, Load: 0.8, Seed: 1})
 	require.NoError(t, err)
 	var sb strings.Builder
 	require.NoError(t, WriteCompare(&sb, r))
 	t.Log("\n" + sb.String())
 	require.Len(t, r.Policies, 2)
 	for _, p := range r.Policies {
-		assert.Equal(t, 150, p.OK, p.Policy)
+		assert.Equal(t, 300, p.OK, p.Policy)
 		assert.Zero(t, p.Lost+p.Cut+p.Truncated, p.Policy)
 	}
-	httpMean, _, simMean, _, ok := r.Reduction()
+	httpMean, httpP99, simMean, simP99, ok := r.Reduction()
 	require.True(t, ok)
 	assert.Less(t, simMean, 0.0, "the simulation favours the default picker")
+	assert.Less(t, simP99, 0.0)
 	assert.Less(t, httpMean, 0.0, "so must the run over HTTP")
+	assert.Less(t, httpP99, 0.0)
 }
 
 // TestChaosShort kills and restarts 3 of 8 pods during a 6-second run.
-// Hard invariants are asserted: no stream ends silently short, every
-// request is accounted for, and losses before the first byte stay rare.
-// The targets (0 lost, dead pod out of rotation within one scrape
-// interval) are logged with the figures; see the e2ebench chaos run.
+// The targets are asserted: no request lost before its first
+// byte, no stream silently truncated (a cut stream is reported to the
+// client), and a dead pod out of rotation within one scrape interval of its
+// first connect error.
 func TestChaosShort(t *testing.T) {
 	r, err := Chaos(context.Background(), ChaosConfig{Duration: 6 * time.Second, Load: 0.5, DownMin: time.Second, DownMax: 2 * time.Second, Seed: 2})
 	require.NoError(t, err)
@@ -48,19 +50,13 @@ func TestChaosShort(t *testing.T) {
 	t.Log("\n" + sb.String())
 	l := r.Load
 	assert.Zero(t, l.Count(Truncated), "a stream must never end silently short")
-	assert.Equal(t, len(l.Outcomes), l.Count(OK)+l.Count(Cut)+l.Count(Lost))
-	assert.LessOrEqual(t, l.Count(Lost)*100, len(l.Outcomes), "at most 1% lost before the first byte")
+	assert.Zero(t, l.Count(Lost), "errors before the first byte must be retried on a fallback")
+	assert.Equal(t, len(l.Outcomes), l.Count(OK)+l.Count(Cut))
 	require.Len(t, r.Kills, 3)
 	for _, k := range r.Kills {
 		assert.False(t, k.At.IsZero(), k.Pod)
 		assert.False(t, k.RestartAt.IsZero(), k.Pod)
-		assert.Less(t, k.OutOfRotation(), time.Second, "%s kept receiving traffic", k.Pod)
-		if k.OutOfRotation() > r.ScrapeInterval {
-			t.Logf("target missed: %s received traffic %v after its first connect error (scrape interval %v)", k.Pod, k.OutOfRotation(), r.ScrapeInterval)
-		}
-	}
-	if n := l.Count(Lost); n > 0 {
-		t.Logf("target missed: %d requests lost before the first byte", n)
+		assert.LessOrEqual(t, k.OutOfRotation(), r.ScrapeInterval, "%s kept receiving traffic", k.Pod)
 	}
 }
 

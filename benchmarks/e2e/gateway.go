@@ -69,6 +69,7 @@ type Gateway struct {
 	scraper *scrape.Scraper
 	eps     []*signals.Endpoint
 	rec     *recorder
+	obs     *completions
 	done    chan struct{}
 	once    sync.Once
 }
@@ -109,7 +110,8 @@ func StartGateway(ctx context.Context, fleet *emulator.Fleet, cfg GatewayConfig)
 	}
 	model := fleet.Pods[0].Model()
 	var pcfg picker.Config
-	opts := []picker.Option{picker.WithSeed(cfg.Seed), picker.WithLogger(log)}
+	obs := &completions{}
+	opts := []picker.Option{picker.WithSeed(cfg.Seed), picker.WithLogger(log), picker.WithObservers(obs)}
 	switch cfg.Policy {
 	case Inferroute:
 		pcfg = picker.DefaultConfig()
@@ -185,6 +187,7 @@ func StartGateway(ctx context.Context, fleet *emulator.Fleet, cfg GatewayConfig)
 		scraper: sc,
 		eps:     eps,
 		rec:     rec,
+		obs:     obs,
 		done:    make(chan struct{}),
 	}
 	if err := sc.Start(ctx); err != nil {
@@ -213,6 +216,50 @@ func (g *Gateway) Endpoints() []*signals.Endpoint { return g.eps }
 // order. The slice is fresh.
 func (g *Gateway) Attempts() []Attempt { return g.rec.snapshot() }
 
+// Completions returns the picks and the outcomes the picker's Done
+// reported so far, in order. The slice is fresh.
+func (g *Gateway) Completions() []Completion {
+	g.obs.mu.Lock()
+	defer g.obs.mu.Unlock()
+	return append([]Completion(nil), g.obs.log...)
+}
+
+// Completion is one pick (Dispatch) or one outcome reported through the
+// picker's Done.
+type Completion struct {
+	At      time.Time
+	Address string
+	// Dispatch marks a pick: the picker chose the endpoint (retries on
+	// fallbacks are not picks).
+	Dispatch bool
+	// OK and ConnectError describe an outcome: no error (the endpoint is
+	// reported healthy), or a failure to reach it.
+	OK           bool
+	ConnectError bool
+}
+
+// completions is a signals.Observer recording every Done.
+type completions struct {
+	mu  sync.Mutex
+	log []Completion
+}
+
+var _ signals.Observer = (*completions)(nil)
+
+func (c *completions) Dispatched(_ *signals.Request, ep *signals.Endpoint) {
+	cp := Completion{At: time.Now(), Address: ep.Address, Dispatch: true}
+	c.mu.Lock()
+	c.log = append(c.log, cp)
+	c.mu.Unlock()
+}
+
+func (c *completions) Completed(_ *signals.Request, ep *signals.Endpoint, out signals.Outcome) {
+	cp := Completion{At: time.Now(), Address: ep.Address, OK: out.Err == nil, ConnectError: out.ConnectError}
+	c.mu.Lock()
+	c.log = append(c.log, cp)
+	c.mu.Unlock()
+}
+
 // Close stops the gateway: its listener, connections and scraper. It is
 // idempotent.
 func (g *Gateway) Close() {
@@ -232,9 +279,13 @@ type Attempt struct {
 	At time.Time
 	// Address is the endpoint's host:port.
 	Address string
+	// End is when the response headers arrived or the attempt failed.
+	End time.Time
 	// ConnectError reports that the attempt got no response (a refused or
 	// reset connection).
 	ConnectError bool
+	// Err is the attempt's error, "" on a response.
+	Err string
 }
 
 // recorder is an http.RoundTripper that records attempts.
@@ -249,8 +300,12 @@ func newRecorder(next http.RoundTripper) *recorder { return &recorder{next: next
 func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	at := time.Now()
 	resp, err := r.next.RoundTrip(req)
+	a := Attempt{At: at, End: time.Now(), Address: req.URL.Host, ConnectError: err != nil && req.Context().Err() == nil}
+	if err != nil {
+		a.Err = err.Error()
+	}
 	r.mu.Lock()
-	r.log = append(r.log, Attempt{At: at, Address: req.URL.Host, ConnectError: err != nil && req.Context().Err() == nil})
+	r.log = append(r.log, a)
 	r.mu.Unlock()
 	return resp, err
 }

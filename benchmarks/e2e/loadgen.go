@@ -38,6 +38,9 @@ const (
 	// Truncated: the stream ended with [DONE] but carried fewer tokens than
 	// requested, a silent truncation. Must never happen.
 	Truncated
+	// TimedOut: no response headers within LoadConfig.Timeout (an
+	// overloaded fleet's queue, not a failure of the gateway).
+	TimedOut
 )
 
 // String returns the status name.
@@ -53,6 +56,8 @@ func (s Status) String() string {
 		return "cut"
 	case Truncated:
 		return "truncated"
+	case TimedOut:
+		return "timed out"
 	}
 	return "status(" + strconv.Itoa(int(s)) + ")"
 }
@@ -240,6 +245,9 @@ func send(ctx context.Context, client *http.Client, cfg LoadConfig, i int, r *wo
 	resp, err := client.Do(req)
 	if err != nil {
 		o.Status, o.Err = Lost, err
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+			o.Status = TimedOut
+		}
 		return o
 	}
 	defer resp.Body.Close()

@@ -65,15 +65,15 @@ func pct(a, b float64) string {
 // WriteChaos prints a Chaos result: the outcome counts and each kill.
 func WriteChaos(w io.Writer, r *ChaosResult) error {
 	l := r.Load
-	fmt.Fprintf(w, "requests %d: ok %d, lost before first byte %d, cut mid-stream %d (reported to the client), silently truncated %d; wall %s\n",
-		len(l.Outcomes), l.Count(OK), l.Count(Lost), l.Count(Cut), l.Count(Truncated), l.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(w, "requests %d: ok %d, lost before first byte %d, cut mid-stream %d (reported to the client), silently truncated %d, timed out in a queue %d; wall %s\n",
+		len(l.Outcomes), l.Count(OK), l.Count(Lost), l.Count(Cut), l.Count(Truncated), l.Count(TimedOut), l.Elapsed.Round(time.Millisecond))
 	for _, o := range l.Outcomes {
 		if o.Status == Lost || o.Status == Truncated {
 			fmt.Fprintf(w, "  request %d %s: %v\n", o.Index, o.Status, o.Err)
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "pod\tkilled at\tdown for\tattempts while dead\ttraffic after first connect error\tscrape interval")
+	fmt.Fprintln(tw, "pod\tkilled at\tdown for\tattempts while dead\tfirst connect error after kill\ttraffic after first connect error\tpicks after it\tlate successes\tscrape interval")
 	var start time.Time
 	for _, o := range l.Outcomes {
 		if !o.Sent.IsZero() && (start.IsZero() || o.Sent.Before(start)) {
@@ -81,8 +81,12 @@ func WriteChaos(w io.Writer, r *ChaosResult) error {
 		}
 	}
 	for _, k := range r.Kills {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", k.Pod, k.At.Sub(start).Round(time.Millisecond),
-			k.RestartAt.Sub(k.At).Round(time.Millisecond), k.Attempts, k.OutOfRotation().Round(time.Microsecond), r.ScrapeInterval)
+		firstErr := "none"
+		if !k.FirstConnectError.IsZero() {
+			firstErr = k.FirstConnectError.Sub(k.At).Round(time.Microsecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\n", k.Pod, k.At.Sub(start).Round(time.Millisecond),
+			k.RestartAt.Sub(k.At).Round(time.Millisecond), k.Attempts, firstErr, k.OutOfRotation().Round(time.Microsecond), k.Picks, k.LateSuccesses, r.ScrapeInterval)
 	}
 	return tw.Flush()
 }

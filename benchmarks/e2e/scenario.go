@@ -179,10 +179,11 @@ func Compare(ctx context.Context, cfg CompareConfig) (*CompareResult, error) {
 
 // httpRun is the outcome of one run over HTTP.
 type httpRun struct {
-	Load     *Result
-	Attempts []Attempt
-	Fleet    *emulator.Fleet
-	Gateway  *Gateway
+	Load        *Result
+	Attempts    []Attempt
+	Completions []Completion
+	Fleet       *emulator.Fleet
+	Gateway     *Gateway
 }
 
 // runHTTP starts a fleet and a gateway, runs the workload, calls during
@@ -220,7 +221,7 @@ func runHTTP(ctx context.Context, profiles []string, speed float64, gcfg Gateway
 	if err != nil {
 		return nil, err
 	}
-	return &httpRun{Load: res, Attempts: g.Attempts(), Fleet: fleet, Gateway: g}, nil
+	return &httpRun{Load: res, Attempts: g.Attempts(), Completions: g.Completions(), Fleet: fleet, Gateway: g}, nil
 }
 
 // ChaosConfig configures Chaos.
@@ -249,20 +250,33 @@ type Kill struct {
 	Address   string
 	At        time.Time
 	RestartAt time.Time
-	// FirstConnectError is the gateway's first failed attempt on the dead
-	// pod; zero if it sent none.
+	// FirstConnectError is when the gateway saw its first connect error
+	// from the dead pod (the end of the first failed attempt, which may
+	// have been sent before the kill); zero if it saw none.
 	FirstConnectError time.Time
-	// LastAttempt is the gateway's last attempt on the dead pod.
+	// LastAttempt is when the gateway last sent an attempt to the dead pod
+	// (sent after the kill, before the restart); zero if none.
 	LastAttempt time.Time
-	// Attempts is the number of attempts on the dead pod.
+	// Attempts is the number of attempts sent to the dead pod while it was
+	// down.
 	Attempts int
+	// Picks counts the picker's choices of the dead pod after its first
+	// connect error (the other attempts are retries on fallbacks chosen
+	// before it).
+	Picks int
+	// LateSuccesses counts successful outcomes reported for the pod
+	// through the picker's Done after its first connect error and before
+	// its restart: requests that finished before the kill but reported
+	// after, which mark the dead endpoint healthy again
+	// (signals.Endpoint.ReportSuccess).
+	LateSuccesses int
 }
 
 // OutOfRotation is the time from the first connect error to the last
-// attempt on the dead pod: how long the gateway kept sending it traffic
-// after it learnt it was dead. Zero when it sent at most one attempt.
+// attempt sent to the dead pod: how long the gateway kept sending it
+// traffic after it learnt it was dead. Zero when it sent nothing after.
 func (k Kill) OutOfRotation() time.Duration {
-	if k.FirstConnectError.IsZero() {
+	if k.FirstConnectError.IsZero() || k.LastAttempt.IsZero() {
 		return 0
 	}
 	return max(k.LastAttempt.Sub(k.FirstConnectError), 0)
@@ -272,6 +286,8 @@ func (k Kill) OutOfRotation() time.Duration {
 type ChaosResult struct {
 	Load  *Result
 	Kills []Kill
+	// Attempts are the gateway's upstream attempts, in order.
+	Attempts []Attempt
 	// ScrapeInterval is the gateway's scrape interval.
 	ScrapeInterval time.Duration
 }
@@ -371,17 +387,38 @@ func Chaos(ctx context.Context, cfg ChaosConfig) (*ChaosResult, error) {
 			end = time.Now()
 		}
 		for _, a := range run.Attempts {
-			if a.Address != k.Address || a.At.Before(k.At) || !a.At.Before(end) {
+			if a.Address != k.Address {
+				continue
+			}
+			// The first connect error the gateway saw: possibly a request
+			// sent before the kill and cut by it.
+			if a.ConnectError && !a.End.Before(k.At) && (k.FirstConnectError.IsZero() || a.End.Before(k.FirstConnectError)) {
+				k.FirstConnectError = a.End
+			}
+			if a.At.Before(k.At) || !a.At.Before(end) {
 				continue
 			}
 			k.Attempts++
-			if a.ConnectError && k.FirstConnectError.IsZero() {
-				k.FirstConnectError = a.At
+			if a.At.After(k.LastAttempt) {
+				k.LastAttempt = a.At
 			}
-			k.LastAttempt = a.At
+		}
+		if k.FirstConnectError.IsZero() {
+			continue
+		}
+		for _, c := range run.Completions {
+			if c.Address != k.Address || !c.At.After(k.FirstConnectError) || !c.At.Before(end) {
+				continue
+			}
+			switch {
+			case c.Dispatch:
+				k.Picks++
+			case c.OK:
+				k.LateSuccesses++
+			}
 		}
 	}
-	return &ChaosResult{Load: run.Load, Kills: kills, ScrapeInterval: cfg.ScrapeInterval}, nil
+	return &ChaosResult{Load: run.Load, Kills: kills, Attempts: run.Attempts, ScrapeInterval: cfg.ScrapeInterval}, nil
 }
 
 // sleepUntil waits until t or ctx's end; it reports whether t was reached.
