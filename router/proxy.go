@@ -292,8 +292,9 @@ func (p *Proxy) readBody(r *http.Request, c *call) error {
 		return nil
 	}
 	buf := c.body[:0]
-	if r.ContentLength > 0 && int64(cap(buf)) < r.ContentLength {
-		buf = make([]byte, 0, r.ContentLength)
+	if r.ContentLength > 0 && int64(cap(buf)) <= r.ContentLength {
+		// One spare byte so that the read returning EOF does not grow it.
+		buf = make([]byte, 0, r.ContentLength+1)
 	}
 	for {
 		if len(buf) == cap(buf) {

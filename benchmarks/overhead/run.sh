@@ -157,12 +157,12 @@ for port in "$DIRECT_PORT" "$NGINX_PORT" "$GATEWAY_PORT"; do
 done
 
 # --- runs ------------------------------------------------------------------
-# run NAME PORT BODY prints "name body rps p50ms p99ms errors".
+# run NAME PORT BODY [CONNS THREADS] prints "name body rps p50ms p99ms errors".
 run() {
 	local out
-	out=$(BODY_FILE="$WORK/body-$3.json" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency \
+	out=$(BODY_FILE="$WORK/body-$3.json" wrk -t"${5:-$THREADS}" -c"${4:-$CONNS}" -d"$DURATION" --latency \
 		-s "$WORK/post.lua" "http://127.0.0.1:$2/v1/chat/completions")
-	echo "$out" >"$WORK/wrk-$1-$3.txt"
+	echo "$out" >"$WORK/wrk-$1-$3-${4:-$CONNS}.txt"
 	echo "$out" | awk -v name="$1" -v body="$3" '
 		function ms(v) {
 			if (v ~ /us$/) return substr(v, 1, length(v) - 2) / 1000
@@ -176,7 +176,7 @@ run() {
 		$1 == "Requests/sec:" { rps = $2 }
 		/Non-2xx or 3xx responses:/ { errs += $NF }
 		/Socket errors:/ { gsub(/,/, ""); errs += $4 + $6 + $8 + $10 }
-		END { printf "%s %s %.0f %.2f %.2f %d\n", name, body, rps, p50, p99, errs }'
+		END { printf "%s %s %.0f %.3f %.3f %d\n", name, body, rps, p50, p99, errs }'
 }
 
 RESULTS=()
@@ -200,6 +200,20 @@ for body in 1KB 220KB; do
 	done
 done
 
+# Unloaded latency: one connection, so the p99 difference is the time each
+# proxy adds to a request rather than queueing behind the other 149.
+UNLOADED=()
+for body in 1KB 220KB; do
+	for target in direct:$DIRECT_PORT nginx:$NGINX_PORT gateway:$GATEWAY_PORT; do
+		name=${target%%:*}
+		port=${target##*:}
+		log "unloaded: wrk $name $body (1 connection, $DURATION)"
+		line=$(run "$name" "$port" "$body" 1 1)
+		log "  $line"
+		UNLOADED+=("$line")
+	done
+done
+
 # --- table -----------------------------------------------------------------
 echo
 echo "inferroute overhead: wrk -t$THREADS -c$CONNS -d$DURATION, $BACKENDS backends, $(nproc) CPUs, loopback, median of $ROUNDS rounds"
@@ -217,5 +231,21 @@ printf '%s\n' "${MEDIANS[@]}" | awk '
 			g = "gateway/" body; x = "nginx/" body; d = "direct/" body
 			printf "%s: gateway/nginx req/s = %.2f (target >= 0.5); gateway p99 - direct p99 = %.2f ms\n",
 				body, (rps[x] > 0 ? rps[g] / rps[x] : 0), p99[g] - p99[d]
+		}
+	}'
+echo
+echo "unloaded: wrk -t1 -c1 -d$DURATION, one round"
+printf '%s\n' "${UNLOADED[@]}" | awk '
+	{ rps[$1 "/" $2] = $3; p50[$1 "/" $2] = $4; p99[$1 "/" $2] = $5; errs[$1 "/" $2] = $6; order[n++] = $1 "/" $2 }
+	END {
+		printf "| %-8s | %-5s | %10s | %9s | %9s | %6s |\n", "target", "body", "req/s", "p50 ms", "p99 ms", "errors"
+		printf "|----------|-------|------------|-----------|-----------|--------|\n"
+		for (i = 0; i < n; i++) {
+			k = order[i]; split(k, a, "/")
+			printf "| %-8s | %-5s | %10.0f | %9.3f | %9.3f | %6d |\n", a[1], a[2], rps[k], p50[k], p99[k], errs[k]
+		}
+		for (b = 1; b <= 2; b++) {
+			body = (b == 1) ? "1KB" : "220KB"
+			printf "%s unloaded: gateway p99 - direct p99 = %.3f ms (target for 220KB <= 5)\n", body, p99["gateway/" body] - p99["direct/" body]
 		}
 	}'
