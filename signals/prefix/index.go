@@ -3,6 +3,7 @@ package prefix
 import (
 	"context"
 	"errors"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 
@@ -497,7 +498,8 @@ func (ix *Index) removeHolder(h uint64, slot int32) {
 type matchScratch struct {
 	last  []int32 // slot → matched blocks
 	slots []int32 // endpoint index → slot, -1 when it holds nothing
-	cand  []int32 // candidate slots, partitioned in place by search
+	sets  []uint64 // candidate bitsets, one of ix.words words per search depth
+	n     int      // candidates
 
 	// The last candidate list resolved, with each endpoint's slot (-1:
 	// unknown) and the generation its entries belong to, valid while the
@@ -516,14 +518,15 @@ type matchScratch struct {
 // call to recognise the same pool next time), and is safe for concurrent
 // use.
 //
-// Cost: O(len(eps)) to find the candidates, then hash-map lookups at the
-// prompt's indexed positions chosen by bisection. Because hashes are
-// chained and eviction is tail first, an endpoint that holds position p
-// holds every position before it, so the endpoints that hold the last
-// position are done after one lookup, those that miss the first after one
-// more, and the rest are split at midpoints: O(d·log(blocks/Stride))
-// lookups for d distinct match lengths among the candidates, each lookup
-// testing only the candidates still undecided in its range.
+// Cost: O(len(eps)) to find the candidates (a pointer comparison per
+// endpoint when the pool is the one of the previous call), then one
+// hash-map lookup per probe of a bisection over the prompt's indexed
+// positions, each probe splitting the undecided candidates with word-wide
+// bitset operations (len(eps)/64 words). Because hashes are chained and
+// eviction is tail first, an endpoint that holds position p holds every
+// position before it, so the holders of the last position are done after
+// one lookup, those missing the first after one more, and the rest take
+// O(d·log(blocks/Stride)) lookups for d distinct match lengths among them.
 func (ix *Index) Match(req *signals.Request, eps []*signals.Endpoint, out []float64) {
 	out = out[:len(eps)]
 	hs := req.PromptBlocks
@@ -536,7 +539,7 @@ func (ix *Index) Match(req *signals.Request, eps []*signals.Endpoint, out []floa
 		sc = new(matchScratch)
 	}
 	ix.mu.RLock()
-	sc.size(len(ix.bySlot), len(eps))
+	sc.size(len(ix.bySlot), len(eps), ix.words, (len(hs)+ix.cfg.Stride-1)/ix.cfg.Stride)
 	sc.resolve(ix, eps)
 	for i, ep := range eps {
 		s := sc.rslot[i]
@@ -545,9 +548,10 @@ func (ix *Index) Match(req *signals.Request, eps []*signals.Endpoint, out []floa
 			continue
 		}
 		sc.slots[i] = s
-		sc.cand = append(sc.cand, s)
+		sc.sets[s>>6] |= 1 << (s & 63)
+		sc.n++
 	}
-	if len(sc.cand) > 0 {
+	if sc.n > 0 {
 		ix.match(hs, sc)
 	}
 	ix.mu.RUnlock()
@@ -595,7 +599,7 @@ func (sc *matchScratch) resolve(ix *Index, eps []*signals.Endpoint) {
 	sc.ver = ver
 }
 
-func (sc *matchScratch) size(slots, eps int) {
+func (sc *matchScratch) size(slots, eps, words, probes int) {
 	if cap(sc.last) < slots {
 		sc.last = make([]int32, slots)
 	}
@@ -604,33 +608,41 @@ func (sc *matchScratch) size(slots, eps int) {
 		sc.slots = make([]int32, eps)
 	}
 	sc.slots = sc.slots[:eps]
-	sc.cand = sc.cand[:0]
+	// search recurses at most once per halving of the probes.
+	need := (bits.Len(uint(probes)) + 3) * words
+	if cap(sc.sets) < need {
+		sc.sets = make([]uint64, need)
+	}
+	sc.sets = sc.sets[:need]
+	clear(sc.sets[:words])
+	sc.n = 0
 }
 
+// level returns the candidate bitset of search depth d.
+func (sc *matchScratch) level(d, words int) []uint64 { return sc.sets[d*words : (d+1)*words] }
+
 // match resolves every candidate's matched length into sc.last. Probe j is
-// the prompt's j-th indexed position: min((j+1)·Stride−1, n−1).
+// the prompt's j-th indexed position: min((j+1)·Stride−1, n−1). The
+// candidates are the bitset at depth 0.
 func (ix *Index) match(hs []uint64, sc *matchScratch) {
-	n := len(hs)
+	n, w := len(hs), ix.words
 	m := (n + ix.cfg.Stride - 1) / ix.cfg.Stride
-	cand := sc.cand
+	cand, held := sc.level(0, w), sc.level(1, w)
 	// Holders of the last position hold the whole prompt.
-	k := ix.partition(hs, m-1, m, cand)
-	for _, s := range cand[:k] {
-		sc.last[s] = int32(n)
+	if ix.split(hs, m-1, m, cand, held) {
+		setAll(sc, held, int32(n))
 	}
-	cand = cand[k:]
-	if len(cand) == 0 || m == 1 {
-		for _, s := range cand {
-			sc.last[s] = 0
-		}
+	if m == 1 {
+		setAll(sc, cand, 0)
 		return
 	}
 	// Those missing the first position hold nothing.
-	k = ix.partition(hs, 0, m, cand)
-	for _, s := range cand[k:] {
-		sc.last[s] = 0
+	if !ix.split(hs, 0, m, cand, held) {
+		setAll(sc, cand, 0)
+		return
 	}
-	ix.search(hs, 1, m-1, m, cand[:k], sc)
+	setAll(sc, cand, 0)
+	ix.search(hs, 1, m-1, m, 1, sc)
 }
 
 // probe returns the block index of probe j among m.
@@ -641,49 +653,75 @@ func (ix *Index) probe(j, m, n int) int {
 	return (j+1)*ix.cfg.Stride - 1
 }
 
-// partition moves the candidates that hold probe j to the front of cand
-// and returns their number.
-func (ix *Index) partition(hs []uint64, j, m int, cand []int32) int {
+// split moves the candidates in set that hold probe j into held (which it
+// overwrites) and reports whether any did: O(words), plus one map lookup.
+func (ix *Index) split(hs []uint64, j, m int, set, held []uint64) bool {
+	clear(held)
 	v, ok := ix.blocks[hs[ix.probe(j, m, len(hs))]]
 	if !ok {
-		return 0
+		return false
 	}
-	k := 0
 	if v&bitsetTag != 0 {
 		bs := ix.set(v)
-		for i, s := range cand {
-			if bs[s>>6]&(1<<(s&63)) != 0 {
-				cand[i], cand[k] = cand[k], s
-				k++
-			}
+		var any uint64
+		for i, c := range set {
+			h := c & bs[i]
+			held[i] = h
+			set[i] = c &^ h
+			any |= h
 		}
-		return k
+		return any != 0
 	}
-	f0, f1, f2 := int32(v&fieldMask)-1, int32((v>>fieldBits)&fieldMask)-1, int32((v>>(2*fieldBits))&fieldMask)-1
-	for i, s := range cand {
-		if s == f0 || s == f1 || s == f2 {
-			cand[i], cand[k] = cand[k], s
-			k++
+	found := false
+	for f := 0; f < 3; f++ {
+		s := int32((v>>(f*fieldBits))&fieldMask) - 1
+		if s < 0 {
+			continue
+		}
+		if bit := uint64(1) << (s & 63); set[s>>6]&bit != 0 {
+			set[s>>6] &^= bit
+			held[s>>6] |= bit
+			found = true
 		}
 	}
-	return k
+	return found
 }
 
-// search resolves candidates that all hold probe lo−1 and none of which
-// holds probe hi: each one's last held probe lies in [lo−1, hi).
-func (ix *Index) search(hs []uint64, lo, hi, m int, cand []int32, sc *matchScratch) {
-	for len(cand) > 0 {
-		if lo >= hi {
-			matched := int32(ix.probe(lo-1, m, len(hs)) + 1)
-			for _, s := range cand {
-				sc.last[s] = matched
-			}
+// setAll records matched blocks for every candidate in set.
+func setAll(sc *matchScratch, set []uint64, matched int32) {
+	for w, x := range set {
+		for x != 0 {
+			sc.last[w<<6|bits.TrailingZeros64(x)] = matched
+			x &= x - 1
+		}
+	}
+}
+
+// search resolves the candidates in the bitset at depth d, which all hold
+// probe lo−1 and none of which holds probe hi: each one's last held probe
+// lies in [lo−1, hi).
+func (ix *Index) search(hs []uint64, lo, hi, m, d int, sc *matchScratch) {
+	w := ix.words
+	set, held := sc.level(d, w), sc.level(d+1, w)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if ix.split(hs, mid, m, set, held) {
+			// Holders of mid continue above it; the rest below it.
+			ix.search(hs, mid+1, hi, m, d+1, sc)
+		}
+		hi = mid
+		if isEmpty(set) {
 			return
 		}
-		mid := int(uint(lo+hi) >> 1)
-		k := ix.partition(hs, mid, m, cand)
-		// Holders of mid continue above it; the rest below it (loop).
-		ix.search(hs, mid+1, hi, m, cand[:k], sc)
-		cand, hi = cand[k:], mid
 	}
+	setAll(sc, set, int32(ix.probe(lo-1, m, len(hs))+1))
+}
+
+func isEmpty(set []uint64) bool {
+	for _, x := range set {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
 }
