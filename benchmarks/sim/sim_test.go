@@ -3,6 +3,7 @@ package sim
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -91,6 +92,16 @@ func TestSLOMet(t *testing.T) {
 	assert.False(t, slo.met(1.01, 0.01))
 	assert.False(t, slo.met(0.1, 0.051))
 	assert.True(t, SLO{}.met(100, 100), "the zero SLO has no objective")
+}
+
+func TestSLOJSON(t *testing.T) {
+	data, err := json.Marshal(SLO{TTFT: 2 * time.Second, TPOT: 100 * time.Millisecond})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"ttft_s": 2, "tpot_s": 0.1}`, string(data))
+	var back SLO
+	require.NoError(t, json.Unmarshal(data, &back))
+	assert.Equal(t, SLO{TTFT: 2 * time.Second, TPOT: 100 * time.Millisecond}, back)
+	require.Error(t, json.Unmarshal([]byte(`{"ttft_s": "x"}`), &back))
 }
 
 func TestBlockText(t *testing.T) {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"math"
 	"slices"
 	"time"
@@ -9,11 +10,35 @@ import (
 // SLO is the latency objective that goodput counts against: a request is
 // "good" when its time to first token is at most TTFT and its mean time per
 // output token is at most TPOT. A zero field is no objective.
+//
+// In JSON an SLO is {"ttft_s": seconds, "tpot_s": seconds}, like the
+// report's other times.
 type SLO struct {
 	// TTFT is the time-to-first-token objective.
-	TTFT time.Duration `json:"ttft"`
+	TTFT time.Duration
 	// TPOT is the objective on the mean time per output token.
-	TPOT time.Duration `json:"tpot"`
+	TPOT time.Duration
+}
+
+type sloJSON struct {
+	TTFT float64 `json:"ttft_s"`
+	TPOT float64 `json:"tpot_s"`
+}
+
+// MarshalJSON encodes the objectives in seconds.
+func (s SLO) MarshalJSON() ([]byte, error) {
+	return json.Marshal(sloJSON{TTFT: s.TTFT.Seconds(), TPOT: s.TPOT.Seconds()})
+}
+
+// UnmarshalJSON decodes objectives in seconds.
+func (s *SLO) UnmarshalJSON(data []byte) error {
+	var v sloJSON
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	s.TTFT = time.Duration(math.Round(v.TTFT * float64(time.Second)))
+	s.TPOT = time.Duration(math.Round(v.TPOT * float64(time.Second)))
+	return nil
 }
 
 // met reports whether a request with the given TTFT and TPOT (seconds) met s.
