@@ -496,8 +496,8 @@ func (ix *Index) removeHolder(h uint64, slot int32) {
 
 // matchScratch is Match's reusable working memory.
 type matchScratch struct {
-	last  []int32 // slot → matched blocks
-	slots []int32 // endpoint index → slot, -1 when it holds nothing
+	last  []int32  // slot → matched blocks
+	slots []int32  // endpoint index → slot, -1 when it holds nothing
 	sets  []uint64 // candidate bitsets, one of ix.words words per search depth
 	n     int      // candidates
 
