@@ -184,11 +184,27 @@ func (p *oracle) predict(v PodView, k int, own *engine.Request, req *signals.Req
 	numBlocks := max(st.NumBlocks, 1)
 	free := (1 - st.KVCacheUsage) * float64(numBlocks)
 	need := float64((promptSum + bs - 1) / bs)
-	if deficit := need - free; deficit > 0 {
+	deficit := need - free
+	// Every request keeps its KV until it finishes, growing by its output:
+	// when the pod's projected demand exceeds the cache, vLLM preempts and
+	// recomputes, which the request pays for as if it had waited for the
+	// excess to finish.
+	projected := float64(ownPrompt) + float64(ownOut(own))
+	heldByRunning := 0
+	for _, r := range running {
+		heldByRunning += r.PromptTokens + r.OutputTokens
+	}
+	projected += float64(heldByRunning)
+	for _, r := range waiting {
+		projected += float64(r.PromptTokens + r.OutputTokens)
+	}
+	projected += float64(work - ownUncached) // in transit and waiting, prompts only
+	deficit = max(deficit, projected/float64(bs)-float64(numBlocks))
+	if deficit > 0 {
 		if finishRate > 0 {
-			perFinish := st.KVCacheUsage * float64(numBlocks) / float64(d)
+			perFinish := float64(heldByRunning) / float64(d) / float64(bs)
 			t += deficit / max(perFinish, 1) / finishRate
-		} else {
+		} else if need > free {
 			t += 3600 // cannot fit: effectively never
 		}
 	}
@@ -205,4 +221,13 @@ func (p *oracle) predict(v PodView, k int, own *engine.Request, req *signals.Req
 		}
 	}
 	return t
+}
+
+// ownOut is the request's true output length (the oracle's knowledge), 0
+// when unknown.
+func ownOut(r *engine.Request) int {
+	if r == nil {
+		return 0
+	}
+	return r.OutputTokens
 }
