@@ -239,6 +239,7 @@ search:
 	if err != nil {
 		return nil, err
 	}
+	cfg = pruneZeroWeights(cfg)
 	res.Config = cfg
 	before, err := runAll(ctx, o, splits, factory(o.Base), true)
 	if err != nil {
@@ -429,6 +430,20 @@ func (s state) config(base picker.Config) (picker.Config, error) {
 	}
 	c.StalenessHalfLife = picker.Duration(s.halfLife)
 	return c, nil
+}
+
+// pruneZeroWeights drops the scorers whose weight the search set to 0:
+// they add nothing to any total, and leaving them out makes the YAML say
+// so instead of relying on an omitted weight meaning 0.
+func pruneZeroWeights(c picker.Config) picker.Config {
+	kept := make([]picker.Plugin, 0, len(c.Scorers))
+	for _, p := range c.Scorers {
+		if p.Weight != 0 {
+			kept = append(kept, p)
+		}
+	}
+	c.Scorers = kept
+	return c
 }
 
 // WriteTable writes the held-out before/after comparison and the trail.

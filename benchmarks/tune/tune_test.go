@@ -110,3 +110,14 @@ func TestTuneSmall(t *testing.T) {
 	_, err = picker.New(res.Config)
 	require.NoError(t, err)
 }
+
+func TestPruneZeroWeights(t *testing.T) {
+	c := picker.DefaultConfig()
+	c.Scorers[2].Weight = 0
+	p := pruneZeroWeights(c)
+	require.Len(t, p.Scorers, len(c.Scorers)-1)
+	for _, s := range p.Scorers {
+		assert.NotEqual(t, scorer.ScorerPrefix, s.Name)
+	}
+	assert.Len(t, c.Scorers, 6, "input not modified")
+}

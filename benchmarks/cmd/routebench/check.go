@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -191,8 +192,8 @@ func (s *CheckSpec) Evaluate(rep *sim.Report) ([]string, error) {
 				if ref > 0 {
 					ratio = v / ref
 				}
-				msg := fmt.Sprintf("%s at %.0f%% load: %s %s %s is %.3g× %s's %s (limit %.3g×)",
-					sc.Name, 100*sc.Load, r.Policy, r.Figure, fmtSeconds(v), ratio, refName, fmtSeconds(ref), r.MaxRatio)
+				msg := fmt.Sprintf("%s at %.0f%% load: %s %s %s is %s× %s's %s (limit %s×)",
+					sc.Name, 100*sc.Load, r.Policy, r.Figure, fmtSeconds(v), fmtRatio(ratio), refName, fmtSeconds(ref), fmtRatio(r.MaxRatio))
 				if m.Failed > 0 && v <= limit {
 					msg = fmt.Sprintf("%s at %.0f%% load: %s failed %d requests (%s)", sc.Name, 100*sc.Load, r.Policy, m.Failed, r.Figure)
 				}
@@ -230,6 +231,15 @@ func versus(sc *sim.ScenarioResult, name string, fig func(*sim.Metrics) float64)
 		return 0, "", fmt.Errorf("best-peer needs at least one peer policy in the run (%s)", strings.Join(policy.Peers(), ","))
 	}
 	return best, "best peer " + bestName, nil
+}
+
+// fmtRatio formats a ratio with up to four decimals, so a ratio just above
+// its limit never prints equal to it.
+func fmtRatio(r float64) string {
+	if math.IsInf(r, 0) {
+		return "∞"
+	}
+	return strconv.FormatFloat(math.Round(r*1e4)/1e4, 'f', -1, 64)
 }
 
 // fmtSeconds formats seconds as milliseconds.

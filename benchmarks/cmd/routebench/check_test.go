@@ -128,6 +128,12 @@ func TestCheckEvaluate(t *testing.T) {
 	}
 }
 
+func TestFmtRatio(t *testing.T) {
+	assert.Equal(t, "1.2545", fmtRatio(1.25449999))
+	assert.Equal(t, "1.1", fmtRatio(1.1))
+	assert.Equal(t, "0.03", fmtRatio(0.03))
+}
+
 func TestPoliciesNeeded(t *testing.T) {
 	spec, err := loadCheckSpec("targets")
 	require.NoError(t, err)
