@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/inferroute/inferroute/picker"
-	"github.com/inferroute/inferroute/scorer"
 	"github.com/inferroute/inferroute/signals"
 	"github.com/inferroute/inferroute/signals/prefix"
 )
@@ -93,7 +92,7 @@ func (c cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // forward (in memory), read usage, Done.
 func BenchmarkProxy(b *testing.B) {
 	resp := []byte(`{"id":"x","object":"chat.completion","model":"meta-llama/Llama-3.1-8B-Instruct","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}`)
-	pk, err := picker.New(registeredDefault())
+	pk, err := picker.New(picker.DefaultConfig())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -127,22 +126,4 @@ func BenchmarkProxy(b *testing.B) {
 			}
 		})
 	}
-}
-
-// registeredDefault is picker.DefaultConfig without the scorers the
-// built-in registry does not (yet) provide.
-func registeredDefault() picker.Config {
-	cfg := picker.DefaultConfig()
-	have := map[string]bool{}
-	for _, n := range scorer.NewRegistry().Scorers() {
-		have[n] = true
-	}
-	kept := cfg.Scorers[:0]
-	for _, s := range cfg.Scorers {
-		if have[s.Name] {
-			kept = append(kept, s)
-		}
-	}
-	cfg.Scorers = kept
-	return cfg
 }
