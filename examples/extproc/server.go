@@ -390,7 +390,7 @@ func (st *stream) decide(haveBody bool) error {
 			common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}}
 		}
 		return st.send(&extprocv3.ProcessingResponse{
-			Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: common}},
+			Response:        &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{Response: common}},
 			DynamicMetadata: md,
 		})
 	}
