@@ -72,3 +72,15 @@ func BenchmarkPick(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNew measures building a picker with the default configuration
+// and its default prefix index and latency predictor: a router builds one
+// per model, hundreds at a time.
+func BenchmarkNew(b *testing.B) {
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := New(DefaultConfig()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

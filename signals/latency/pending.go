@@ -33,11 +33,12 @@ type pending struct {
 }
 
 type pendingShard struct {
-	mu   sync.Mutex
-	m    map[pendingKey]pendingEntry
-	ring []ringSlot // insertion order, for eviction
-	next int
-	seq  uint64
+	mu    sync.Mutex
+	m     map[pendingKey]pendingEntry
+	ring  []ringSlot // insertion order, for eviction; grows up to limit
+	limit int
+	next  int // oldest slot once the ring is full
+	seq   uint64
 }
 
 type ringSlot struct {
@@ -46,11 +47,13 @@ type ringSlot struct {
 }
 
 func newPending(capacity int) *pending {
+	// Nothing is preallocated: a picker per model is cheap to build, and
+	// the table grows with the traffic actually in flight.
 	per := max((capacity+pendingShards-1)/pendingShards, 1)
 	p := &pending{}
 	for i := range p.shards {
-		p.shards[i].m = make(map[pendingKey]pendingEntry, per)
-		p.shards[i].ring = make([]ringSlot, per)
+		p.shards[i].m = make(map[pendingKey]pendingEntry)
+		p.shards[i].limit = per
 	}
 	return p
 }
@@ -67,12 +70,16 @@ func (p *pending) put(k pendingKey, e pendingEntry) {
 	s.mu.Lock()
 	s.seq++
 	e.seq = s.seq
-	slot := &s.ring[s.next]
-	if old, ok := s.m[slot.key]; ok && old.seq == slot.seq {
-		delete(s.m, slot.key)
+	if len(s.ring) < s.limit {
+		s.ring = append(s.ring, ringSlot{key: k, seq: e.seq})
+	} else {
+		slot := &s.ring[s.next]
+		if old, ok := s.m[slot.key]; ok && old.seq == slot.seq {
+			delete(s.m, slot.key)
+		}
+		*slot = ringSlot{key: k, seq: e.seq}
+		s.next = (s.next + 1) % len(s.ring)
 	}
-	*slot = ringSlot{key: k, seq: e.seq}
-	s.next = (s.next + 1) % len(s.ring)
 	s.m[k] = e
 	s.mu.Unlock()
 }
