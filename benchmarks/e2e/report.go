@@ -114,6 +114,18 @@ func WriteOverload(w io.Writer, r *OverloadResult) error {
 	}
 	g, h := r.Peaks()
 	fmt.Fprintf(w, "peak goroutines %d, peak heap in use %.1f MiB over %d samples\n", g, float64(h)/(1<<20), len(r.Samples))
+	// Peaks per 5-second window show whether they level off.
+	fmt.Fprint(w, "per 5 s window, peak goroutines / heap MiB:")
+	for from := time.Duration(0); len(r.Samples) > 0 && from <= r.Samples[len(r.Samples)-1].At; from += 5 * time.Second {
+		g, h := 0, uint64(0)
+		for _, s := range r.Samples {
+			if s.At >= from && s.At < from+5*time.Second {
+				g, h = max(g, s.Goroutines), max(h, s.HeapInuse)
+			}
+		}
+		fmt.Fprintf(w, " %d/%.0f", g, float64(h)/(1<<20))
+	}
+	fmt.Fprintln(w)
 	return nil
 }
 
