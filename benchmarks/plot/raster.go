@@ -80,10 +80,14 @@ func drawText(img *image.RGBA, x, y int, s string, c color.RGBA) {
 		if !ok {
 			g = glyphs['?']
 		}
+		dy := 0
+		if descenders[r] {
+			dy = descend * scale
+		}
 		for row := 0; row < glyphH; row++ {
 			for col := 0; col < glyphW; col++ {
 				if g[row][col] == '#' {
-					fill(img, image.Rect(x+col*scale, y+row*scale, x+(col+1)*scale, y+(row+1)*scale), c)
+					fill(img, image.Rect(x+col*scale, y+dy+row*scale, x+(col+1)*scale, y+dy+(row+1)*scale), c)
 				}
 			}
 		}
@@ -99,11 +103,15 @@ func drawTextVertical(img *image.RGBA, x, y int, s string, c color.RGBA) {
 		if !ok {
 			g = glyphs['?']
 		}
+		dx := 0
+		if descenders[r] {
+			dx = descend * scale
+		}
 		for row := 0; row < glyphH; row++ {
 			for col := 0; col < glyphW; col++ {
 				if g[row][col] == '#' {
 					// (col, row) → (row, −col)
-					px, py := x+row*scale, y-(col+1)*scale
+					px, py := x+dx+row*scale, y-(col+1)*scale
 					fill(img, image.Rect(px, py, px+scale, py+scale), c)
 				}
 			}
