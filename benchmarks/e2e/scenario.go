@@ -262,8 +262,9 @@ type Kill struct {
 	Attempts int
 	// Picks counts the picker's choices of the dead pod after its first
 	// connect error (the other attempts are retries on fallbacks chosen
-	// before it).
-	Picks int
+	// before it), and LastPick is the last of them.
+	Picks    int
+	LastPick time.Time
 	// LateSuccesses counts successful outcomes reported for the pod
 	// through the picker's Done after its first connect error and before
 	// its restart: requests that finished before the kill but reported
@@ -280,6 +281,17 @@ func (k Kill) OutOfRotation() time.Duration {
 		return 0
 	}
 	return max(k.LastAttempt.Sub(k.FirstConnectError), 0)
+}
+
+// PickOutOfRotation is the time from the first connect error to the
+// picker's last choice of the dead pod: how long the pod stayed in the
+// picker's rotation. Zero when it was not chosen after. Retries on
+// fallbacks chosen before the error are not choices (see OutOfRotation).
+func (k Kill) PickOutOfRotation() time.Duration {
+	if k.FirstConnectError.IsZero() || k.LastPick.IsZero() {
+		return 0
+	}
+	return max(k.LastPick.Sub(k.FirstConnectError), 0)
 }
 
 // ChaosResult is the outcome of Chaos.
@@ -413,6 +425,7 @@ func Chaos(ctx context.Context, cfg ChaosConfig) (*ChaosResult, error) {
 			switch {
 			case c.Dispatch:
 				k.Picks++
+				k.LastPick = c.At
 			case c.OK:
 				k.LateSuccesses++
 			}
