@@ -54,6 +54,15 @@ type Strategy struct {
 	Name string `yaml:"name,omitempty"`
 	// Temperature is the softmax temperature in score units (softmax only).
 	Temperature float64 `yaml:"temperature,omitempty"`
+	// TieBand widens what max-score calls a tie: candidates whose total is
+	// within TieBand × (the sum of the scorer weights) of the best total are
+	// tied, and ties are broken by rotating over the candidates in order
+	// (round-robin) instead of at random. When the signals cannot tell
+	// endpoints apart — a homogeneous fleet at moderate load, where their
+	// differences are scrape noise — round-robin's even spacing is the best
+	// blind choice, and random tie-breaks lose to it on tail latency.
+	// 0 means exact ties only, broken at random. Max-score only.
+	TieBand float64 `yaml:"tieBand,omitempty"`
 }
 
 // Strategy names.
@@ -161,6 +170,7 @@ type compiled struct {
 	names       []string // scorer names, aligned with scorers
 	strategy    string
 	temperature float64
+	tieBand     float64 // absolute, in total-score units
 	fallbacks   int
 	halfLife    time.Duration
 	failClosed  bool
@@ -205,6 +215,9 @@ func compile(c Config, reg *scorer.Registry, env scorer.Env) (*compiled, error) 
 		return nil, fmt.Errorf("strategy.name: unknown strategy %q (want %s, %s or %s)",
 			out.strategy, StrategyMaxScore, StrategyWeightedRandom, StrategySoftmax)
 	}
+	if b := c.Strategy.TieBand; math.IsNaN(b) || b < 0 || b > 1 {
+		return nil, fmt.Errorf("strategy.tieBand: %v is not in [0, 1]", b)
+	}
 	for i, p := range c.Filters {
 		if p.Weight != 0 {
 			return nil, fmt.Errorf("filters[%d] (%s).weight: filters take no weight", i, p.Name)
@@ -230,6 +243,8 @@ func compile(c Config, reg *scorer.Registry, env scorer.Env) (*compiled, error) 
 		}
 		out.scorers = append(out.scorers, scorer.Weighted{Name: p.Name, Weight: p.Weight, Scorer: s})
 		out.names = append(out.names, p.Name)
+		out.tieBand += p.Weight
 	}
+	out.tieBand *= c.Strategy.TieBand
 	return out, nil
 }

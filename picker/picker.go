@@ -57,9 +57,10 @@ type Picker struct {
 	inst      instruments
 	tracer    trace.Tracer
 
-	eps atomic.Pointer[[]*signals.Endpoint]
-	cfg atomic.Pointer[compiled]
-	seq atomic.Uint64
+	eps   atomic.Pointer[[]*signals.Endpoint]
+	cfg   atomic.Pointer[compiled]
+	seq   atomic.Uint64
+	rotor atomic.Uint64 // round-robin position for banded ties
 
 	records sync.Pool
 }
@@ -149,7 +150,9 @@ func (p *Picker) Reconfigure(cfg Config) error {
 
 // SetEndpoints replaces the set of candidate endpoints. The picker keeps
 // its own copy of the slice (not of the endpoints, whose counters must
-// outlive snapshots). Safe to call concurrently with Pick.
+// outlive snapshots). Safe to call concurrently with Pick. A prefix matcher
+// or latency estimator with a Retain([]*signals.Endpoint) method is told
+// the new set, so the state of endpoints that left is freed.
 func (p *Picker) SetEndpoints(eps []*signals.Endpoint) {
 	snap := make([]*signals.Endpoint, 0, len(eps))
 	for _, ep := range eps {
@@ -158,6 +161,13 @@ func (p *Picker) SetEndpoints(eps []*signals.Endpoint) {
 		}
 	}
 	p.eps.Store(&snap)
+	type retainer interface{ Retain([]*signals.Endpoint) }
+	if r, ok := p.opts.matcher.(retainer); ok {
+		r.Retain(snap)
+	}
+	if r, ok := p.opts.estimator.(retainer); ok {
+		r.Retain(snap)
+	}
 }
 
 // Endpoints returns the current endpoint snapshot. The slice must not be
@@ -258,13 +268,14 @@ func (p *Picker) Pick(ctx context.Context, req *signals.Request) (Result, error)
 	rec.n = n
 
 	rec.rng.Seed(p.opts.seed, p.seq.Add(1))
-	best := choose(cfg, total, rec.rand)
+	best := choose(cfg, total, rec.rand, &p.rotor)
 	rec.ep = in.Endpoints[best]
 	rec.fallbacks = rankFallbacks(rec.fallbacks[:0], in.Endpoints, total, best, cfg.fallbacks)
 
 	ep := rec.ep
 	rec.tokens = int(float64(req.PromptTokens) * (1 - in.Cached[best]))
 	ep.Dispatch(rec.tokens)
+	ep.NoteDispatch(now)
 	ep.NoteAdapter(req.Adapter, now)
 	for _, o := range p.observers {
 		o.Dispatched(req, ep)
@@ -372,14 +383,39 @@ func (r *record) finish(gen uint64, info DoneInfo) {
 }
 
 // choose returns the index of the winner among totals (len ≥ 1).
-func choose(cfg *compiled, total []float64, rng *rand.Rand) int {
+func choose(cfg *compiled, total []float64, rng *rand.Rand, rotor *atomic.Uint64) int {
 	switch cfg.strategy {
 	case StrategyWeightedRandom:
 		return weightedRandom(total, rng)
 	case StrategySoftmax:
 		return softmax(total, cfg.temperature, rng)
 	}
+	if cfg.tieBand > 0 {
+		return maxScoreBanded(total, cfg.tieBand, rotor)
+	}
 	return maxScore(total, rng)
+}
+
+// maxScoreBanded returns, among the candidates whose total is within band
+// of the highest, the first at or after a rotating position: round-robin
+// over the near-best.
+func maxScoreBanded(total []float64, band float64, rotor *atomic.Uint64) int {
+	hi := total[0]
+	for _, v := range total[1:] {
+		hi = max(hi, v)
+	}
+	n := len(total)
+	start := int(rotor.Add(1) % uint64(n))
+	for k := 0; k < n; k++ {
+		i := start + k
+		if i >= n {
+			i -= n
+		}
+		if total[i] >= hi-band {
+			return i
+		}
+	}
+	return start // unreachable: the best is within the band
 }
 
 // maxScore returns the index of the highest total, choosing uniformly among

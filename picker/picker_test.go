@@ -23,6 +23,7 @@ import (
 
 	"github.com/inferroute/inferroute/scorer"
 	"github.com/inferroute/inferroute/signals"
+	"github.com/inferroute/inferroute/signals/prefix"
 	"github.com/inferroute/inferroute/signals/signalstest"
 )
 
@@ -693,4 +694,52 @@ func TestTracingAndMetrics(t *testing.T) {
 	assert.Equal(t, int64(1), got["inferroute.pick.errors{kind=no_endpoints}"])
 	assert.Equal(t, int64(1), got["inferroute.requests.completed{endpoint=a,result=ok}"])
 	assert.Equal(t, int64(2), got["inferroute.pick.duration"])
+}
+
+func TestSetEndpointsFreesPrefixStateOfDepartedEndpoints(t *testing.T) {
+	idx, err := prefix.NewIndex(prefix.IndexConfig{Stride: 1})
+	require.NoError(t, err)
+	a, b := ep("a", 0, 0, 0), ep("b", 0, 5, 0)
+	p, _ := newPicker(t, Config{Scorers: []Plugin{{Name: scorer.ScorerQueue, Weight: 1}}}, []*signals.Endpoint{a, b}, WithPrefixMatcher(idx))
+	req := &signals.Request{PromptBlocks: []uint64{11, 22, 33}, PromptTokens: 48}
+	res, err := p.Pick(context.Background(), req)
+	require.NoError(t, err)
+	require.Equal(t, "a", res.Endpoint.Name)
+	res.Done(DoneInfo{TTFT: time.Millisecond})
+	require.Positive(t, idx.Entries(a))
+	p.SetEndpoints([]*signals.Endpoint{b})
+	assert.Zero(t, idx.Entries(a), "a left the pool: its prefix entries are freed")
+}
+
+func TestTieBandRotates(t *testing.T) {
+	// Queue scores a 1, b 0, c 1, weighted 2. A band of the whole weight
+	// ties all three, and they are taken in turn.
+	eps := []*signals.Endpoint{ep("a", 0, 0, 0), ep("b", 0, 1, 0), ep("c", 0, 0, 0)}
+	cfg := Config{Scorers: []Plugin{{Name: scorer.ScorerQueue, Weight: 2}}, Strategy: Strategy{TieBand: 1}}
+	p, _ := newPicker(t, cfg, eps)
+	var got []string
+	for i := 0; i < 6; i++ {
+		res, err := p.Pick(context.Background(), nil)
+		require.NoError(t, err)
+		got = append(got, res.Endpoint.Name)
+		res.Done(DoneInfo{})
+	}
+	assert.Equal(t, []string{"b", "c", "a", "b", "c", "a"}, got)
+
+	// A narrower band: b (2 below the best) is out, a and c alternate.
+	cfg.Strategy.TieBand = 0.1
+	require.NoError(t, p.Reconfigure(cfg))
+	got = got[:0]
+	for i := 0; i < 4; i++ {
+		res, err := p.Pick(context.Background(), nil)
+		require.NoError(t, err)
+		got = append(got, res.Endpoint.Name)
+		res.Done(DoneInfo{})
+	}
+	assert.NotContains(t, got, "b")
+	assert.Contains(t, got, "a")
+	assert.Contains(t, got, "c")
+
+	cfg.Strategy.TieBand = 2
+	require.ErrorContains(t, p.Reconfigure(cfg), "strategy.tieBand: 2 is not in [0, 1]")
 }

@@ -17,6 +17,7 @@ var (
 	_ Scorer = (*RunningScorer)(nil)
 	_ Scorer = (*LoRAScorer)(nil)
 	_ Scorer = (*TokenLoadScorer)(nil)
+	_ Scorer = BurstScorer{}
 )
 
 // QueueScorer prefers endpoints with fewer waiting requests. Raw values are
@@ -34,6 +35,25 @@ func (s *QueueScorer) Score(_ context.Context, in *Input, out []float64) {
 	}
 	copy(in.Raw, out)
 	InverseMinMax(out)
+}
+
+// BurstScorer prefers endpoints that received fewer requests in the last
+// few hundred milliseconds (signals.Endpoint.RecentDispatches): those
+// requests are probably still in prefill, and a new one would share the
+// prefill budget with them. It is the local signal that keeps a burst from
+// colliding on one pod between scrapes and spaces requests like
+// round-robin when nothing else differs. Scores are 1/(1+recent), an
+// absolute scale, so one recent dispatch halves a pod's score whatever the
+// others hold.
+type BurstScorer struct{}
+
+// Score implements Scorer.
+func (BurstScorer) Score(_ context.Context, in *Input, out []float64) {
+	for i, ep := range in.Endpoints {
+		r := ep.RecentDispatches(in.Now)
+		in.Raw[i] = r
+		out[i] = 1 / (1 + r)
+	}
 }
 
 // RunningScorer prefers endpoints with smaller running batches. Raw values

@@ -191,6 +191,7 @@ const (
 	ScorerRunning   = "running"
 	ScorerLoRA      = "lora"
 	ScorerTokenLoad = "token-load"
+	ScorerBurst     = "burst"
 	ScorerPrefix    = "prefix"
 	ScorerLatency   = "latency"
 	FilterSLO       = "slo"
@@ -252,6 +253,9 @@ func NewRegistry() *Registry {
 	}))
 	must(r.RegisterScorer(ScorerTokenLoad, func(p Params, _ Env) (Scorer, error) {
 		return TokenLoadScorer{}, noParams(ScorerTokenLoad, p)
+	}))
+	must(r.RegisterScorer(ScorerBurst, func(p Params, _ Env) (Scorer, error) {
+		return BurstScorer{}, noParams(ScorerBurst, p)
 	}))
 	must(r.RegisterScorer(ScorerPrefix, NewPrefixScorerFromParams))
 	must(r.RegisterScorer(ScorerLatency, NewLatencyScorerFromParams))

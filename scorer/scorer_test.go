@@ -77,6 +77,12 @@ func TestBuiltinScorers(t *testing.T) {
 		e.SetMetrics(&m)
 		return e
 	}
+	recent := func(e *signals.Endpoint, n int) *signals.Endpoint {
+		for i := 0; i < n; i++ {
+			e.NoteDispatch(t0)
+		}
+		return e
+	}
 	lora := func(name string, running ...string) *signals.Endpoint {
 		e := signals.NewEndpoint(signals.EndpointSpec{Name: name})
 		e.SetMetrics(&signals.Metrics{ScrapedAt: t0, LoRAKnown: true, RunningAdapters: running, MaxLoRA: 1})
@@ -104,6 +110,9 @@ func TestBuiltinScorers(t *testing.T) {
 			[]float64{1, 0, 0.6, 0.5}, []float64{4, 1, 2, 0}},
 		{"lora base model", scorer.LoRAScorer{}, &signals.Request{},
 			[]*signals.Endpoint{lora("full", "y")}, []float64{1}, []float64{4}},
+		{"burst", scorer.BurstScorer{}, &signals.Request{},
+			[]*signals.Endpoint{recent(ep("a", 0, 0, 0), 0), recent(ep("b", 0, 0, 0), 1), recent(ep("c", 0, 0, 0), 3)},
+			[]float64{1, 0.5, 0.25}, []float64{0, 1, 3}},
 		{"token load in seconds", scorer.TokenLoadScorer{}, &signals.Request{},
 			// a: 1000 tokens at 1000/s = 1 s; b: 3000 at 6000/s = 0.5 s;
 			// c: 2000 at the mean throughput 3500/s = 0.571 s.
@@ -228,8 +237,8 @@ func TestRegistry(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 
 	def := scorer.NewRegistry()
-	assert.Subset(t, def.Scorers(), []string{"queue", "kv-cache", "running", "lora", "token-load"})
-	assert.Subset(t, def.Filters(), []string{"model", "healthy", "saturation", "subset"})
+	assert.Subset(t, def.Scorers(), []string{"queue", "kv-cache", "running", "lora", "token-load", "burst", "prefix", "latency"})
+	assert.Subset(t, def.Filters(), []string{"model", "healthy", "saturation", "subset", "slo"})
 	require.ErrorIs(t, def.RegisterScorer("queue", f), scorer.ErrDuplicatePlugin)
 	assert.NotSame(t, def, scorer.NewRegistry())
 }

@@ -57,6 +57,50 @@ type Endpoint struct {
 
 	recentNext atomic.Uint32
 	recent     [recentAdapterSlots]recentAdapter
+
+	// burst packs the decayed count of recent dispatches: the high 32 bits
+	// are a float32 count as of the time in the low 32 bits (milliseconds,
+	// wrapping every 49 days; only differences are used).
+	burst atomic.Uint64
+}
+
+// BurstHalfLife is the half-life of Endpoint.RecentDispatches: about the
+// time a current GPU takes to prefill a few thousand tokens, so the count
+// says how many requests are probably still in their prefill.
+const BurstHalfLife = 100 * time.Millisecond
+
+// NoteDispatch records a dispatch at now in the decayed count read by
+// RecentDispatches. The picker calls it on every pick; it is lock-free.
+func (ep *Endpoint) NoteDispatch(now time.Time) {
+	ms := uint32(now.UnixMilli())
+	for {
+		old := ep.burst.Load()
+		v := decayBurst(old, ms) + 1
+		if ep.burst.CompareAndSwap(old, uint64(math.Float32bits(float32(v)))<<32|uint64(ms)) {
+			return
+		}
+	}
+}
+
+// RecentDispatches returns the number of requests dispatched to the
+// endpoint by this process, each weighted by 2^(-age/BurstHalfLife): an
+// estimate of how many are still in prefill. Unlike the scraped counts it
+// never lags and is not reset by a scrape, so a burst arriving within one
+// scrape interval, or just after one, spreads instead of colliding.
+func (ep *Endpoint) RecentDispatches(now time.Time) float64 {
+	return decayBurst(ep.burst.Load(), uint32(now.UnixMilli()))
+}
+
+func decayBurst(packed uint64, nowMs uint32) float64 {
+	v := float64(math.Float32frombits(uint32(packed >> 32)))
+	if v == 0 {
+		return 0
+	}
+	age := int32(nowMs - uint32(packed)) // wrap-safe difference
+	if age <= 0 {
+		return v
+	}
+	return v * exp2Neg(float64(age)/float64(BurstHalfLife/time.Millisecond))
 }
 
 // recentAdapterSlots bounds how many recently routed adapters are remembered

@@ -257,3 +257,23 @@ func TestKVSignal(t *testing.T) {
 	assert.True(t, ok)
 	assert.Equal(t, 1.0, r)
 }
+
+func TestRecentDispatchesDecay(t *testing.T) {
+	ep := signals.NewEndpoint(signals.EndpointSpec{Name: "e"})
+	assert.Zero(t, ep.RecentDispatches(t0))
+	ep.NoteDispatch(t0)
+	ep.NoteDispatch(t0)
+	for _, tt := range []struct {
+		age  time.Duration
+		want float64
+	}{
+		{0, 2},
+		{signals.BurstHalfLife, 1},
+		{2 * signals.BurstHalfLife, 0.5},
+		{-time.Second, 2}, // a clock that steps back does not inflate the count
+	} {
+		assert.InEpsilon(t, tt.want, ep.RecentDispatches(t0.Add(tt.age)), 1e-3, "age %v", tt.age)
+	}
+	ep.NoteDispatch(t0.Add(signals.BurstHalfLife))
+	assert.InEpsilon(t, 2, ep.RecentDispatches(t0.Add(signals.BurstHalfLife)), 1e-3, "1 decayed + 1 new")
+}
