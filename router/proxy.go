@@ -372,6 +372,12 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 	var lastErr error
 	for i, ep := range targets {
 		done := res.Done
+		if i > 0 && !ep.Healthy() {
+			// The fallbacks were ranked at pick time; one that has failed
+			// since (another request's connect error) is skipped rather
+			// than sent traffic it cannot serve.
+			continue
+		}
 		if i > 0 {
 			p.inst.retry(ctx, c)
 			done = dispatchDirect(ep, c.req.PromptTokens)

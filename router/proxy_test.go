@@ -365,6 +365,20 @@ func TestProxyRetries(t *testing.T) {
 		assert.False(t, o.out.ConnectError)
 		e.requireIdle(t)
 	})
+	t.Run("a fallback that failed since the pick is skipped", func(t *testing.T) {
+		var e *env
+		// ep0 answers 503; while it does, ep1 fails another request's
+		// connection and is marked down. The retry goes to ep2.
+		bad, _ := backend(t, jsonHandler(503, []byte(`{}`), func() { e.eps[1].MarkDown() }))
+		skipped, gotSkipped := backend(t, jsonHandler(200, ok, nil))
+		good, gotGood := backend(t, jsonHandler(200, ok, nil))
+		e = newEnv(t, Config{}, bad, skipped, good)
+		r := e.post(t, "/v1/chat/completions", body, nil)
+		require.Equal(t, 200, r.StatusCode)
+		<-gotGood
+		assert.Len(t, gotSkipped, 0, "no traffic to an endpoint marked down")
+		e.requireIdle(t)
+	})
 	t.Run("retries are bounded", func(t *testing.T) {
 		var addrs []string
 		var gots []chan seen
