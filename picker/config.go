@@ -107,17 +107,23 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 
 // DefaultConfig returns the configuration inferroute recommends: drop
 // endpoints that cannot serve (model, health, subset hint, saturation, a
-// latency objective carried by the request), then
-// weigh queue 2, KV cache 2, prefix 3, LoRA 1, running 1, predicted latency 3,
-// and pick the maximum.
+// latency objective carried by the request), then weigh burst 12, prefix 3,
+// queue 2, predicted latency 2, KV cache 1, LoRA 1, running 1, and pick the
+// maximum.
 //
-// Why these weights: prefix reuse and predicted latency are the two signals
-// that can save whole seconds of TTFT (a prefix hit skips prefill; a fast
-// card on a mixed fleet finishes prefill several times sooner), so they
-// weigh most; queue and KV cache are the load signals that keep affinity
-// from piling up (the Gateway API Inference Extension's default profile
-// weighs queue 2, KV 2, prefix 3); LoRA residency and running batch size
-// break the remaining ties. The benchmark harness tunes them on evidence.
+// Why these weights. The issue that built the picker started from queue 2,
+// KV 2, prefix 3, LoRA 1, running 1, predicted latency 3 (the Gateway API
+// Inference Extension's default profile weighs queue 2, KV 2, prefix 3);
+// routebench then showed that default 17–51% worse than round-robin on p99
+// TTFT on a homogeneous fleet, because every scraped signal lags and a
+// request still in prefill looks like any decoding one after a scrape. The
+// burst scorer reads the one lag-free signal, this process's own recent
+// dispatches, and at weight 12 it spaces requests like round-robin when
+// nothing else differs, while a real difference (a prefix hit worth
+// seconds, a predicted TTFT several times another's, a saturated cache)
+// still outweighs one recent dispatch. Latency 2 and KV 1 were the best of
+// the variants measured on the default suite (benchmarks/README.md lists
+// the run); `routebench -tune` searches further for a given workload.
 func DefaultConfig() Config {
 	return Config{
 		Filters: []Plugin{
@@ -129,11 +135,12 @@ func DefaultConfig() Config {
 		},
 		Scorers: []Plugin{
 			{Name: scorer.ScorerQueue, Weight: 2},
-			{Name: scorer.ScorerKVCache, Weight: 2},
+			{Name: scorer.ScorerKVCache, Weight: 1},
 			{Name: scorer.ScorerPrefix, Weight: 3},
 			{Name: scorer.ScorerLoRA, Weight: 1},
 			{Name: scorer.ScorerRunning, Weight: 1},
-			{Name: scorer.ScorerLatency, Weight: 3},
+			{Name: scorer.ScorerLatency, Weight: 2},
+			{Name: scorer.ScorerBurst, Weight: 12},
 		},
 		Strategy: Strategy{Name: StrategyMaxScore},
 	}
