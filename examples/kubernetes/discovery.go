@@ -1,0 +1,379 @@
+package kubediscovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/inferroute/inferroute/signals"
+)
+
+// Labels read from an EndpointSlice. The EndpointSlice controller copies a
+// Service's labels onto its slices, so setting them on the Service is
+// enough.
+const (
+	// LabelModel names the base model the endpoints serve.
+	LabelModel = "inferroute.io/model"
+	// LabelEngine names the model server ("vllm", "sglang", …), which
+	// selects the metric names the scraper reads.
+	LabelEngine = "inferroute.io/engine"
+	// LabelServiceName is set on every slice by Kubernetes: the Service it
+	// belongs to (https://kubernetes.io/docs/concepts/services-networking/endpoint-slices/).
+	LabelServiceName = discoveryv1.LabelServiceName
+)
+
+// Labels Discovery sets on each signals.Endpoint, for filters and scorers.
+const (
+	// EndpointLabelZone is the endpoint's zone, from the slice's zone field.
+	EndpointLabelZone = "topology.kubernetes.io/zone"
+	// EndpointLabelNode is the node the pod runs on.
+	EndpointLabelNode = "kubernetes.io/hostname"
+	// EndpointLabelService is the Service the endpoint belongs to.
+	EndpointLabelService = LabelServiceName
+)
+
+// Sink receives the ready endpoints after every change. picker.Picker,
+// scrape.Scraper and prefix.Index (through SinkFunc(index.Retain)) are
+// sinks. SetEndpoints must not retain or modify the slice it is given
+// beyond the call (the picker and scraper copy it) and must not block.
+type Sink interface {
+	SetEndpoints(eps []*signals.Endpoint)
+}
+
+// SinkFunc adapts a function to Sink.
+type SinkFunc func(eps []*signals.Endpoint)
+
+// SetEndpoints calls f(eps).
+func (f SinkFunc) SetEndpoints(eps []*signals.Endpoint) { f(eps) }
+
+// Config selects the EndpointSlices to watch and how to read them. The
+// zero value of each field means its default.
+type Config struct {
+	// Namespace to watch; "" means every namespace.
+	Namespace string
+	// Selector is a label selector on EndpointSlices, such as
+	// "kubernetes.io/service-name=vllm-llama" or "app=vllm"; "" selects
+	// every slice in the namespace.
+	Selector string
+	// PortName is the name of the slice port requests go to; "" means the
+	// first port with a number.
+	PortName string
+	// MetricsPortName is the name of the port serving /metrics; "" means
+	// the request port (vLLM and SGLang serve both on one port).
+	MetricsPortName string
+	// MetricsPath is the metrics page path; "" means /metrics.
+	MetricsPath string
+	// Engine is the model server kind of slices without LabelEngine; ""
+	// means vLLM.
+	Engine string
+	// Resync is the informer's resync period; 0 means none.
+	Resync time.Duration
+	// Logger logs changes of the endpoint set. Default: discard.
+	Logger *slog.Logger
+}
+
+// Discovery watches EndpointSlices selected by labels with a client-go
+// informer and feeds the ready endpoints to its sinks.
+//
+// The *signals.Endpoint of a pod is kept across updates, as long as the pod
+// keeps its address, port and spec (model, engine, zone, node): its live
+// counters (in-flight requests, dispatched and completed totals) and its
+// scraped metrics survive slice updates, readiness flaps and resyncs. An
+// endpoint that turns not ready leaves the sinks' set but is remembered, so
+// it comes back as the same object; one that leaves every slice is
+// forgotten. A pod whose address changes (recreated under the same name)
+// is a new server process with empty caches, so it gets a new
+// *signals.Endpoint and the old one is dropped. Requests still in flight to
+// a dropped endpoint finish normally: their Done holds the old object.
+//
+// Discovery is safe for concurrent use. Run drives it; Endpoints reads the
+// current set.
+type Discovery struct {
+	cfg      Config
+	selector labels.Selector
+	sinks    []Sink
+	log      *slog.Logger
+
+	factory informers.SharedInformerFactory
+	lister  listersv1.EndpointSliceLister
+	synced  cache.InformerSynced
+	dirty   chan struct{}
+
+	syncMu  sync.Mutex        // serialises Sync, so sets are published in order
+	known   map[string]*entry // by identity (pod or address); guarded by syncMu
+	version uint64            // guarded by syncMu
+
+	mu      sync.Mutex
+	current []*signals.Endpoint // guarded by mu
+}
+
+// entry is one remembered endpoint.
+type entry struct {
+	ep          *signals.Endpoint
+	fingerprint string
+}
+
+// New returns a Discovery of the slices cfg selects, through client,
+// feeding sinks. It starts nothing: call Run.
+func New(client kubernetes.Interface, cfg Config, sinks ...Sink) (*Discovery, error) {
+	sel, err := labels.Parse(cfg.Selector)
+	if err != nil {
+		return nil, fmt.Errorf("kubediscovery: selector %q: %w", cfg.Selector, err)
+	}
+	if cfg.MetricsPath == "" {
+		cfg.MetricsPath = "/metrics"
+	}
+	if !strings.HasPrefix(cfg.MetricsPath, "/") {
+		return nil, fmt.Errorf("kubediscovery: metrics path %q must start with /", cfg.MetricsPath)
+	}
+	d := &Discovery{
+		cfg:      cfg,
+		selector: sel,
+		sinks:    sinks,
+		log:      cfg.Logger,
+		dirty:    make(chan struct{}, 1),
+		known:    make(map[string]*entry),
+	}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	opts := []informers.SharedInformerOption{
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = cfg.Selector }),
+	}
+	if cfg.Namespace != "" {
+		opts = append(opts, informers.WithNamespace(cfg.Namespace))
+	}
+	d.factory = informers.NewSharedInformerFactoryWithOptions(client, cfg.Resync, opts...)
+	inf := d.factory.Discovery().V1().EndpointSlices()
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { d.markDirty() },
+		UpdateFunc: func(any, any) { d.markDirty() },
+		DeleteFunc: func(any) { d.markDirty() },
+	}); err != nil {
+		return nil, fmt.Errorf("kubediscovery: %w", err)
+	}
+	d.lister = inf.Lister()
+	d.synced = inf.Informer().HasSynced
+	return d, nil
+}
+
+func (d *Discovery) markDirty() {
+	select {
+	case d.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// Run starts the informer, waits for its cache to fill, publishes the
+// first endpoint set, and then republishes after every change until ctx is
+// done. It blocks: run it in its own goroutine. It returns an error if the
+// cache never synced, else nil when ctx ends.
+func (d *Discovery) Run(ctx context.Context) error {
+	d.factory.Start(ctx.Done())
+	defer d.factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), d.synced) {
+		return errors.New("kubediscovery: EndpointSlice cache did not sync")
+	}
+	for {
+		if err := d.Sync(); err != nil {
+			d.log.Warn("kubediscovery: listing slices", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.dirty:
+		}
+	}
+}
+
+// Sync rebuilds the endpoint set from the informer's cache now and
+// publishes it to the sinks if it changed. Run calls it after every event;
+// it is exported for callers that drive the informer themselves. Syncs are
+// serialised, so sinks see the sets in order; a sink may call Endpoints.
+func (d *Discovery) Sync() error {
+	var slicesList []*discoveryv1.EndpointSlice
+	var err error
+	if d.cfg.Namespace != "" {
+		slicesList, err = d.lister.EndpointSlices(d.cfg.Namespace).List(d.selector)
+	} else {
+		slicesList, err = d.lister.List(d.selector)
+	}
+	if err != nil {
+		return err
+	}
+	// Slices come from a map: sort for a stable endpoint order.
+	slices.SortFunc(slicesList, func(a, b *discoveryv1.EndpointSlice) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+
+	d.syncMu.Lock()
+	defer d.syncMu.Unlock()
+	seen := make(map[string]bool, len(d.known))
+	var ready []*signals.Endpoint
+	for _, s := range slicesList {
+		for _, c := range d.candidates(s) {
+			if seen[c.id] {
+				continue // the same pod listed in two slices during a rebalance
+			}
+			seen[c.id] = true
+			e, ok := d.known[c.id]
+			if !ok || e.fingerprint != c.fingerprint {
+				if ok {
+					d.log.Info("kubediscovery: endpoint replaced", "id", c.id, "old", e.ep.Address, "new", c.spec.Address)
+				}
+				e = &entry{ep: signals.NewEndpoint(c.spec), fingerprint: c.fingerprint}
+				d.known[c.id] = e
+			}
+			if c.ready {
+				ready = append(ready, e.ep)
+			}
+		}
+	}
+	for id := range d.known {
+		if !seen[id] {
+			delete(d.known, id)
+		}
+	}
+	d.mu.Lock()
+	same := slices.Equal(ready, d.current) && d.version > 0
+	if !same {
+		d.current = ready
+	}
+	d.mu.Unlock()
+	if same {
+		return nil
+	}
+	d.version++
+	d.log.Info("kubediscovery: endpoints", "ready", len(ready), "known", len(d.known))
+	for _, s := range d.sinks {
+		s.SetEndpoints(ready)
+	}
+	return nil
+}
+
+// Endpoints returns the ready endpoints last published. The slice must not
+// be modified.
+func (d *Discovery) Endpoints() []*signals.Endpoint {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.current
+}
+
+// candidate is one endpoint read from a slice.
+type candidate struct {
+	id          string
+	fingerprint string
+	spec        signals.EndpointSpec
+	ready       bool
+}
+
+// candidates reads the usable endpoints of a slice: those with an address
+// and a port of the configured name.
+func (d *Discovery) candidates(s *discoveryv1.EndpointSlice) []candidate {
+	port, ok := findPort(s.Ports, d.cfg.PortName)
+	if !ok {
+		return nil
+	}
+	metricsPort := port
+	if d.cfg.MetricsPortName != "" {
+		if metricsPort, ok = findPort(s.Ports, d.cfg.MetricsPortName); !ok {
+			return nil
+		}
+	}
+	engine := s.Labels[LabelEngine]
+	if engine == "" {
+		engine = d.cfg.Engine
+	}
+	model := s.Labels[LabelModel]
+	service := s.Labels[LabelServiceName]
+	var out []candidate
+	for _, e := range s.Endpoints {
+		if len(e.Addresses) == 0 {
+			continue
+		}
+		// Addresses are fungible and "consumers may choose to only use the
+		// first element" (discovery/v1 Endpoint.addresses).
+		host := e.Addresses[0]
+		addr := net.JoinHostPort(host, strconv.Itoa(int(port)))
+		id := "addr/" + addr
+		name := addr
+		if ref := e.TargetRef; ref != nil && ref.Name != "" {
+			id = strings.ToLower(ref.Kind) + "/" + ref.Namespace + "/" + ref.Name
+			name = ref.Name
+		}
+		lbls := map[string]string{}
+		if e.Zone != nil && *e.Zone != "" {
+			lbls[EndpointLabelZone] = *e.Zone
+		}
+		if e.NodeName != nil && *e.NodeName != "" {
+			lbls[EndpointLabelNode] = *e.NodeName
+		}
+		if service != "" {
+			lbls[EndpointLabelService] = service
+		}
+		spec := signals.EndpointSpec{
+			Name:    name,
+			Address: addr,
+			Engine:  engine,
+			Model:   model,
+			Labels:  lbls,
+		}
+		if metricsPort != port || d.cfg.MetricsPath != "/metrics" {
+			spec.MetricsURL = "http://" + net.JoinHostPort(host, strconv.Itoa(int(metricsPort))) + d.cfg.MetricsPath
+		}
+		out = append(out, candidate{
+			id:          id,
+			fingerprint: fingerprint(spec),
+			spec:        spec,
+			// "A nil value should be interpreted as true" (discovery/v1
+			// EndpointConditions.ready).
+			ready: e.Conditions.Ready == nil || *e.Conditions.Ready,
+		})
+	}
+	return out
+}
+
+// findPort returns the number of the port named name, or of the first
+// numbered port when name is "".
+func findPort(ports []discoveryv1.EndpointPort, name string) (int32, bool) {
+	for _, p := range ports {
+		if p.Port == nil {
+			continue
+		}
+		if name == "" || (p.Name != nil && *p.Name == name) {
+			return *p.Port, true
+		}
+	}
+	return 0, false
+}
+
+// fingerprint renders the parts of a spec that, when changed, call for a
+// new Endpoint (its spec is immutable).
+func fingerprint(s signals.EndpointSpec) string {
+	keys := make([]string, 0, len(s.Labels))
+	for k := range s.Labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s|%s|%s|%s|%s", s.Name, s.Address, s.MetricsURL, s.Engine, s.Model)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "|%s=%s", k, s.Labels[k])
+	}
+	return b.String()
+}
