@@ -284,7 +284,9 @@ func (p *Picker) Pick(ctx context.Context, req *signals.Request) (Result, error)
 	if span != nil && span.IsRecording() {
 		p.annotate(span, rec, best)
 	}
-	p.inst.picked(ctx, ep, clock.Now().Sub(now))
+	if p.inst.enabled {
+		p.inst.picked(ctx, ep, clock.Now().Sub(now))
+	}
 	if l := p.opts.logger; l.Enabled(ctx, slog.LevelDebug) {
 		l.LogAttrs(ctx, slog.LevelDebug, "picked", slog.String("endpoint", ep.Name),
 			slog.Int("candidates", n), slog.Float64("score", total[best]), slog.String("request", req.ID))
@@ -300,7 +302,9 @@ func (p *Picker) Pick(ctx context.Context, req *signals.Request) (Result, error)
 }
 
 func (p *Picker) fail(ctx context.Context, now time.Time, e *Error) (Result, error) {
-	p.inst.failed(ctx, e, p.opts.clock.Now().Sub(now))
+	if p.inst.enabled {
+		p.inst.failed(ctx, e, p.opts.clock.Now().Sub(now))
+	}
 	return Result{Done: noopDone}, e
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/inferroute/inferroute/signals"
 )
@@ -15,6 +16,16 @@ import (
 // without it is trusted fully.
 type ConfidenceReporter interface {
 	Confidence(ep *signals.Endpoint) float64
+}
+
+// TimedEstimator is implemented by a signals.LatencyEstimator that can
+// predict, and report its confidence, at a time the caller read once for
+// the whole pick (latency.Predictor does); the scorer then reads the clock
+// once per pick instead of twice per candidate. now is the pick's time,
+// scorer.Input.Now, from the same clock as the estimator's.
+type TimedEstimator interface {
+	PredictTTFTAt(req *signals.Request, ep *signals.Endpoint, cachedFraction float64, now time.Time) (seconds float64, ok bool)
+	ConfidenceAt(ep *signals.Endpoint, now time.Time) float64
 }
 
 // TPOTEstimator is implemented by a signals.LatencyEstimator that also
@@ -149,9 +160,16 @@ func (s *LatencyScorer) Score(_ context.Context, in *Input, out []float64) {
 	raw := len(in.Raw) >= n && s.conf != nil
 	best := math.Inf(1)
 	known := false
+	timed, _ := s.est.(TimedEstimator)
 	for i := 0; i < n; i++ {
 		ep := in.Endpoints[i]
-		v, ok := s.est.PredictTTFT(in.Request, ep, latencyCached(in, i))
+		var v float64
+		var ok bool
+		if timed != nil {
+			v, ok = timed.PredictTTFTAt(in.Request, ep, latencyCached(in, i), in.Now)
+		} else {
+			v, ok = s.est.PredictTTFT(in.Request, ep, latencyCached(in, i))
+		}
 		if !ok || unknown(v) || v < 0 {
 			v = math.NaN()
 		} else {
@@ -164,7 +182,12 @@ func (s *LatencyScorer) Score(_ context.Context, in *Input, out []float64) {
 			out[i] = v
 			continue
 		}
-		c := Clamp01(s.conf.Confidence(ep))
+		var c float64
+		if timed != nil {
+			c = Clamp01(timed.ConfidenceAt(ep, in.Now))
+		} else {
+			c = Clamp01(s.conf.Confidence(ep))
+		}
 		if c > 0 {
 			best = min(best, v)
 		}

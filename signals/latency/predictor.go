@@ -338,11 +338,17 @@ func (p *Predictor) tpotTheta(st *epState, theta *[maxDim]float64) {
 // observation it comes from the prior; see Confidence). It does not block
 // and does not allocate after the endpoint's first sight.
 func (p *Predictor) PredictTTFT(req *signals.Request, ep *signals.Endpoint, cachedFraction float64) (float64, bool) {
+	return p.PredictTTFTAt(req, ep, cachedFraction, p.cfg.Clock.Now())
+}
+
+// PredictTTFTAt is PredictTTFT at a time the caller already read from the
+// predictor's clock: a scorer that predicts for every candidate of a pick
+// reads the clock once instead of once per candidate.
+func (p *Predictor) PredictTTFTAt(req *signals.Request, ep *signals.Endpoint, cachedFraction float64, now time.Time) (float64, bool) {
 	if req == nil || ep == nil {
 		return 0, false
 	}
 	st := p.state(ep)
-	now := p.cfg.Clock.Now()
 	u := uncached(req.PromptTokens, cachedFraction)
 	var x, theta [maxDim]float64
 	p.liveFeatures(&x, req, ep, st, u, now)
@@ -373,13 +379,19 @@ func (p *Predictor) PredictTPOT(req *signals.Request, ep *signals.Endpoint) (flo
 // Config.PriorConfidence when ep carries a speed label. It is safe for
 // concurrent use and does not allocate.
 func (p *Predictor) Confidence(ep *signals.Endpoint) float64 {
+	return p.ConfidenceAt(ep, p.cfg.Clock.Now())
+}
+
+// ConfidenceAt is Confidence at a time the caller already read from the
+// predictor's clock.
+func (p *Predictor) ConfidenceAt(ep *signals.Endpoint, now time.Time) float64 {
 	if ep == nil {
 		return 0
 	}
 	st := p.state(ep)
 	c := min(st.n.Load()/p.cfg.FullConfidenceSamples, 1)
 	if c > 0 && p.cfg.ConfidenceHalfLife > 0 {
-		age := p.cfg.Clock.Now().UnixNano() - st.lastSample.Load()
+		age := now.UnixNano() - st.lastSample.Load()
 		if age > 0 {
 			c *= math.Exp2(-float64(age) / float64(p.cfg.ConfidenceHalfLife))
 		}
