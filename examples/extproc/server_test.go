@@ -97,7 +97,7 @@ type setup struct {
 
 // newHarness serves an extproc.Server over bufconn with one pool
 // ("llama-3-8b", adapter "sql-lora", alias "gpt-4o") of three endpoints.
-func newHarness(t *testing.T, s setup) *harness {
+func newHarness(t testing.TB, s setup) *harness {
 	t.Helper()
 	h := &harness{clock: signalstest.NewClock(t0), rec: &recorder{}}
 	cfg, err := picker.ParseConfig([]byte(pickerConfig))

@@ -84,7 +84,7 @@ type setup struct {
 
 // newHarness serves a picker over an in-memory bufconn listener and
 // returns a client connected to it.
-func newHarness(t *testing.T, s setup) *harness {
+func newHarness(t testing.TB, s setup) *harness {
 	t.Helper()
 	if s.config == "" {
 		s.config = queueConfig
