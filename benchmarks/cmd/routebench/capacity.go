@@ -57,12 +57,56 @@ type capacityRow struct {
 	Fleet string `json:"fleet"`
 }
 
-// resize repeats the pod pattern to n pods.
+// resize returns a fleet of n pods with the hardware mix of pods: the
+// pattern is first interleaved so that every prefix of it keeps the mix as
+// close to proportional as whole pods allow (each next pod is of the type
+// furthest below its share, ties to the type listed first), then repeated.
+// A plain repetition of "2×H100, 3×A100, 3×L4" would make a 3-pod fleet
+// all H100s and A100s, and the pod count would then not measure the same
+// hardware mix at every size.
 func resize(pods []sim.Pod, n int) []sim.Pod {
+	order := interleave(pods)
 	out := make([]sim.Pod, n)
 	for i := range out {
-		out[i] = pods[i%len(pods)]
+		out[i] = order[i%len(order)]
 		out[i].Name = ""
+	}
+	return out
+}
+
+// interleave orders pods so that each prefix keeps their profile mix.
+func interleave(pods []sim.Pod) []sim.Pod {
+	type group struct {
+		pods  []sim.Pod
+		taken int
+	}
+	var groups []*group
+	byName := map[string]*group{}
+	for _, p := range pods {
+		g, ok := byName[p.Engine.Profile.Name]
+		if !ok {
+			g = &group{}
+			byName[p.Engine.Profile.Name] = g
+			groups = append(groups, g)
+		}
+		g.pods = append(g.pods, p)
+	}
+	out := make([]sim.Pod, 0, len(pods))
+	for k := 1; k <= len(pods); k++ {
+		var best *group
+		bestDeficit := 0.0
+		for _, g := range groups {
+			if g.taken == len(g.pods) {
+				continue
+			}
+			// Share owed after k pods minus pods already given.
+			deficit := float64(k)*float64(len(g.pods))/float64(len(pods)) - float64(g.taken)
+			if best == nil || deficit > bestDeficit {
+				best, bestDeficit = g, deficit
+			}
+		}
+		out = append(out, best.pods[best.taken])
+		best.taken++
 	}
 	return out
 }

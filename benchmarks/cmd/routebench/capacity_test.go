@@ -24,6 +24,27 @@ func TestResizeAndFleet(t *testing.T) {
 	}
 }
 
+func TestResizeKeepsTheMix(t *testing.T) {
+	pods, err := sim.Fleet(0, sim.H100, sim.H100, sim.A100, sim.A100, sim.A100, sim.L4, sim.L4, sim.L4)
+	require.NoError(t, err)
+	tests := []struct {
+		n    int
+		want string
+	}{
+		// Shares 2/8, 3/8, 3/8. After 1 pod the owed shares are 0.25,
+		// 0.375, 0.375: an A100 (first of the tie). After 2: 0.5, -0.25,
+		// 0.75: an L4. After 3: 0.75, 0.125, 0.125: an H100.
+		{1, "1×a100-llama3-8b"},
+		{2, "1×a100-llama3-8b + 1×l4-llama3-8b"},
+		{3, "1×a100-llama3-8b + 1×l4-llama3-8b + 1×h100-llama3-8b"},
+		{8, "3×a100-llama3-8b + 3×l4-llama3-8b + 2×h100-llama3-8b"},
+		{16, "6×a100-llama3-8b + 6×l4-llama3-8b + 4×h100-llama3-8b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) { assert.Equal(t, tt.want, fleetOf(resize(pods, tt.n))) })
+	}
+}
+
 func TestFindCapacity(t *testing.T) {
 	var uniform sim.Scenario
 	for _, s := range sim.DefaultScenarios() {
