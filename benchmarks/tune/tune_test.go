@@ -26,8 +26,18 @@ func scenario(t *testing.T, name string) sim.Scenario {
 	return sim.Scenario{}
 }
 
+// testBase is a fixed base configuration, independent of the library's
+// current defaults.
+func testBase() picker.Config {
+	return picker.Config{Scorers: []picker.Plugin{
+		{Name: scorer.ScorerQueue, Weight: 2},
+		{Name: scorer.ScorerPrefix, Weight: 3},
+		{Name: scorer.ScorerLatency, Weight: 3},
+	}}
+}
+
 func TestStateRoundTrip(t *testing.T) {
-	base := picker.DefaultConfig()
+	base := testBase()
 	s, err := initialState(base)
 	require.NoError(t, err)
 	require.Len(t, s.weights, len(base.Scorers))
@@ -57,16 +67,18 @@ func TestStateRoundTrip(t *testing.T) {
 }
 
 func TestSearchSpace(t *testing.T) {
-	ps := searchSpace(picker.DefaultConfig())
+	ps := searchSpace(testBase())
 	names := make([]string, len(ps))
 	for i, p := range ps {
 		names[i] = p.name
 		assert.NotEmpty(t, p.values)
 	}
 	assert.Equal(t, []string{
-		"weight of queue", "weight of kv-cache", "weight of prefix", "weight of lora", "weight of running",
-		"weight of latency", "prefix minMatch", "prefix yieldAbsolute", "prefix yieldRelative", "stalenessHalfLife (ms)",
+		"weight of queue", "weight of prefix", "weight of latency",
+		"prefix minMatch", "prefix yieldAbsolute", "prefix yieldRelative", "stalenessHalfLife (ms)",
 	}, names)
+	noPrefix := searchSpace(picker.Config{Scorers: []picker.Plugin{{Name: scorer.ScorerQueue, Weight: 1}}})
+	require.Len(t, noPrefix, 2, "no prefix parameters without the prefix scorer")
 }
 
 func TestScore(t *testing.T) {
@@ -112,12 +124,12 @@ func TestTuneSmall(t *testing.T) {
 }
 
 func TestPruneZeroWeights(t *testing.T) {
-	c := picker.DefaultConfig()
-	c.Scorers[2].Weight = 0
+	c := testBase()
+	c.Scorers[1].Weight = 0
 	p := pruneZeroWeights(c)
-	require.Len(t, p.Scorers, len(c.Scorers)-1)
+	require.Len(t, p.Scorers, 2)
 	for _, s := range p.Scorers {
 		assert.NotEqual(t, scorer.ScorerPrefix, s.Name)
 	}
-	assert.Len(t, c.Scorers, 6, "input not modified")
+	assert.Len(t, c.Scorers, 3, "input not modified")
 }
