@@ -37,20 +37,42 @@ func (s *QueueScorer) Score(_ context.Context, in *Input, out []float64) {
 	InverseMinMax(out)
 }
 
-// BurstScorer prefers endpoints that received fewer requests in the last
-// few hundred milliseconds (signals.Endpoint.RecentDispatches): those
-// requests are probably still in prefill, and a new one would share the
-// prefill budget with them. It is the local signal that keeps a burst from
+// BurstScorer prefers endpoints that received less work in the last few
+// hundred milliseconds (signals.Endpoint.RecentDispatches): those requests
+// are probably still in prefill, and a new one would share the prefill
+// budget with them. It is the local signal that keeps a burst from
 // colliding on one pod between scrapes and spaces requests like
-// round-robin when nothing else differs. Scores are 1/(1+recent), an
-// absolute scale, so one recent dispatch halves a pod's score whatever the
-// others hold.
+// round-robin when nothing else differs.
+//
+// On a mixed fleet a recent dispatch costs a slow pod more: each one is
+// counted as fastest/own times as heavy, from the throughputs the latency
+// predictor publishes (signals.Endpoint.Throughput; a pod not measured yet
+// counts as the mean of those measured), so a pod four times slower is
+// spaced four times wider. Scores are 1/(1+weighted count), an absolute
+// scale: one recent dispatch to the fastest pod halves its score whatever
+// the others hold.
 type BurstScorer struct{}
 
 // Score implements Scorer.
 func (BurstScorer) Score(_ context.Context, in *Input, out []float64) {
+	var fastest, sum float64
+	var n int
+	for _, ep := range in.Endpoints {
+		if tp, ok := ep.Throughput(); ok {
+			fastest = max(fastest, tp)
+			sum += tp
+			n++
+		}
+	}
 	for i, ep := range in.Endpoints {
 		r := ep.RecentDispatches(in.Now)
+		if n > 0 {
+			tp, ok := ep.Throughput()
+			if !ok {
+				tp = sum / float64(n)
+			}
+			r *= fastest / tp
+		}
 		in.Raw[i] = r
 		out[i] = 1 / (1 + r)
 	}

@@ -87,7 +87,9 @@ func (p PrefixParams) validate() error {
 //     score 1, so pods holding the same prefix tie and load chooses among
 //     them, and the others score PartialCredit × their match over the best;
 //   - on a miss no pod is preferred for its cache: remaining candidates
-//     score by load, InverseMinMax, so misses spread over the least loaded.
+//     all score 1, and the picker's load scorers spread the misses (raw
+//     request counts are not compared: on a mixed fleet the fast pods run
+//     the bigger batches).
 //
 // Weights: the yield margins decide when affinity gives way only if the
 // load scorers in the same chain cannot outvote it first. With min-max load
@@ -170,21 +172,16 @@ func (s *PrefixScorer) Score(_ context.Context, in *Input, out []float64) {
 		}
 		return
 	}
-	// A miss: spread by load among the candidates that are not over.
-	lmax := lmin
-	for _, l := range out {
-		if !over(l) {
-			lmax = max(lmax, l)
-		}
-	}
+	// A miss: no candidate is preferred for its cache. Every candidate that
+	// is not over the margins scores 1, and the load scorers (queue, burst,
+	// predicted latency) spread the misses. Raw request counts are not
+	// compared here: on a mixed fleet a fast pod runs a bigger batch, and
+	// preferring the smaller count would send misses to the slow pods.
 	for i, l := range out {
-		switch {
-		case over(l):
+		if over(l) {
 			out[i] = 0
-		case lmax == lmin:
+		} else {
 			out[i] = 1
-		default:
-			out[i] = (lmax - l) / (lmax - lmin)
 		}
 	}
 }

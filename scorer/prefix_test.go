@@ -58,15 +58,15 @@ func TestPrefixScorerScores(t *testing.T) {
 		{"relative margin alone does not yield", def,
 			// lmin 1: 3 > 1.5 but not > 5.
 			[]int{3, 1, 1}, []float64{0.9, 0.3, 0}, []float64{1, 0.25 / 3, 0}},
-		{"miss spreads by load", def,
-			[]int{2, 0, 1}, []float64{0, 0, 0}, []float64{0, 1, 0.5}},
+		{"a miss prefers nobody: the load scorers spread it", def,
+			[]int{2, 0, 1}, []float64{0, 0, 0}, []float64{1, 1, 1}},
 		{"miss with equal loads prefers nobody", def,
 			[]int{1, 1, 1, 1}, []float64{0, 0, 0, 0}, []float64{1, 1, 1, 1}},
 		{"a match below minMatch is a miss", def,
 			[]int{0, 0, 0}, []float64{0.04, 0, 0}, []float64{1, 1, 1}},
-		{"the only holder yields: the rest spread by load", def,
-			// pod 0 is over (9 > 4 and 9 > 0); lmax of the rest is 2.
-			[]int{9, 0, 2}, []float64{0.9, 0, 0}, []float64{0, 1, 0}},
+		{"the only holder yields: the rest are a miss", def,
+			// pod 0 is over (9 > 4 and 9 > 0).
+			[]int{9, 0, 2}, []float64{0.9, 0, 0}, []float64{0, 1, 1}},
 		{"zero margins yield to any load difference",
 			scorer.PrefixParams{MinMatch: 0.05, PartialCredit: 1},
 			[]int{1, 0, 0}, []float64{0.9, 0.45, 0}, []float64{0, 1, 0}},
@@ -99,16 +99,18 @@ func TestPrefixScorerNoMatcher(t *testing.T) {
 	eps := pxEndpoints(2, 0, 1)
 	out := make([]float64, 3)
 	s.Score(context.Background(), &scorer.Input{Endpoints: eps, Now: pxT0}, out)
-	assert.InDeltaSlice(t, []float64{0, 1, 0.5}, out, 1e-12, "no Cached: a miss everywhere")
+	assert.InDeltaSlice(t, []float64{1, 1, 1}, out, 1e-12, "no Cached: a miss everywhere")
 	s.Score(context.Background(), &scorer.Input{Now: pxT0}, nil)
 }
 
 func TestPrefixScorerLoadFromScrape(t *testing.T) {
-	// Margins out of the way: the miss case shows the loads exactly.
-	p := scorer.PrefixParams{YieldAbsolute: 1000, YieldRelative: 1000}
+	// Pod 0 holds the prompt; pods 1 and 2 carry 5 requests each. Pod 0
+	// yields when its load exceeds 5 + 3: its load is read from the scrape,
+	// corrected by the dispatches since and faded toward the local count.
+	p := scorer.PrefixParams{MinMatch: 0.05, Tolerance: 0.02, PartialCredit: 0.25, YieldAbsolute: 3}
 	s, err := scorer.NewPrefixScorer(p, scorer.Env{HalfLife: time.Second})
 	require.NoError(t, err)
-	eps := pxEndpoints(0, 0, 5)
+	eps := pxEndpoints(0, 5, 5)
 	scraped := eps[0]
 	scraped.Dispatch(0) // seen by the scrape
 	scraped.SetMetrics(&signals.Metrics{
@@ -122,17 +124,17 @@ func TestPrefixScorerLoadFromScrape(t *testing.T) {
 	tests := []struct {
 		name string
 		now  time.Time
-		// scraped load: fresh 3+5+2 = 10; after one half-life
-		// 0.5×10 + 0.5×3 in flight = 6.5.
+		// pod 0's load: fresh 3+5+2 = 10 > 8, it yields; after one
+		// half-life 0.5×10 + 0.5×3 in flight = 6.5 ≤ 8, it keeps the prompt.
 		want []float64
 	}{
-		{"fresh scrape", pxT0, []float64{0, 1, (10 - 5) / 10.0}},
-		{"one half-life old", pxT0.Add(time.Second), []float64{0, 1, (6.5 - 5) / 6.5}},
+		{"fresh scrape", pxT0, []float64{0, 1, 1}},
+		{"one half-life old", pxT0.Add(time.Second), []float64{1, 0, 0}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			out := make([]float64, 3)
-			s.Score(context.Background(), &scorer.Input{Endpoints: eps, Now: tc.now, Cached: []float64{0, 0, 0}}, out)
+			s.Score(context.Background(), &scorer.Input{Endpoints: eps, Now: tc.now, Cached: []float64{0.9, 0, 0}}, out)
 			assert.InDeltaSlice(t, tc.want, out, 1e-12)
 		})
 	}

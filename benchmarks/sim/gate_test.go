@@ -19,19 +19,20 @@ import (
 	"github.com/inferroute/inferroute/benchmarks/policy"
 )
 
-// TestQuickSuiteGate is the CI regression gate on the quick suite. Where the
-// signals carry information — hetero (mixed GPUs), bursty (shared prompts,
-// LoRA, bursts) and prefix (Mooncake) — inferroute's default picker must
-// beat round-robin on p99 TTFT at every load. Where they carry none —
-// uniform and azure: identical GPUs, no shared prefixes, no adapters, where
-// round-robin's even spacing is close to the best — it must stay within 5%
-// of round-robin on mean TTFT and within 15% on p99: the p99 of 2500
-// requests moves by that much with the seed alone between two equally good
-// policies. Issue 7 asks for p99 within 5% in uniform and below
-// round-robin's in azure; the default picker does not reliably meet that
-// (see README's benchmark section), and this gate does not pretend it does.
-// It needs the shared traces beside the repository for the prefix and azure
-// scenarios, and fails if they are missing (CI has them).
+// TestQuickSuiteGate is the CI regression gate on the quick suite (issue 7).
+// Where the signals carry information — hetero (mixed GPUs), bursty (shared
+// prompts, LoRA, bursts) and prefix (Mooncake) — inferroute's default
+// picker must beat round-robin on p99 TTFT at every load. In uniform
+// (identical GPUs, Poisson, nothing shared), where round-robin's even
+// spacing is close to the best, it must stay within 5% of round-robin on
+// mean and p99 TTFT. In azure (the same fleet, two Azure tenants, nothing
+// shared either) issue 7 asks it to beat round-robin on p99; the default
+// picker does so at 50% and 70% load but not reliably at 90%, where the two
+// differ by less than the p99 of 2500 requests moves with the seed, so the
+// gate holds azure to uniform's standard on the mean and to 15% on p99
+// (README's benchmark section has the figures). It needs the shared traces
+// beside the repository for the prefix and azure scenarios, and fails if
+// they are missing (CI has them).
 func TestQuickSuiteGate(t *testing.T) {
 	rep, err := RunSuite(context.Background(), Options{
 		Quick:     true,
@@ -51,12 +52,16 @@ func TestQuickSuiteGate(t *testing.T) {
 		require.True(t, ok)
 		require.Zero(t, ir.Failed, "%s at %.0f%%: inferroute failed requests", s.Name, 100*s.Load)
 		if s.Name == "uniform" || s.Name == "azure" {
+			p99Bound := 1.05
+			if s.Name == "azure" {
+				p99Bound = 1.15
+			}
 			assert.LessOrEqual(t, ir.TTFTMean, 1.05*rr.TTFTMean,
 				"%s at %.0f%%: inferroute mean TTFT %.1f ms is more than 5%% above round-robin's %.1f ms",
 				s.Name, 100*s.Load, 1000*ir.TTFTMean, 1000*rr.TTFTMean)
-			assert.LessOrEqual(t, ir.TTFTP99, 1.15*rr.TTFTP99,
-				"%s at %.0f%%: inferroute p99 TTFT %.1f ms is more than 15%% above round-robin's %.1f ms",
-				s.Name, 100*s.Load, 1000*ir.TTFTP99, 1000*rr.TTFTP99)
+			assert.LessOrEqual(t, ir.TTFTP99, p99Bound*rr.TTFTP99,
+				"%s at %.0f%%: inferroute p99 TTFT %.1f ms is more than %.0f%% above round-robin's %.1f ms",
+				s.Name, 100*s.Load, 1000*ir.TTFTP99, 100*(p99Bound-1), 1000*rr.TTFTP99)
 			continue
 		}
 		assert.Less(t, ir.TTFTP99, rr.TTFTP99,
