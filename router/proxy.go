@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -370,15 +371,53 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 	}
 	targets = append(targets, fb...) // copied: res.Fallbacks dies with Done
 	var lastErr error
-	for i, ep := range targets {
+	lastConnect := false
+	repicked := -1 // index in targets of the endpoint chosen by a second pick
+	var again picker.Result
+	for i := 0; ; i++ {
+		if i == len(targets) {
+			// Every ranked target failed to connect or was marked down since
+			// the pick: ask the picker once more, now that health reflects
+			// the failures (a pod that died after the pick, and its
+			// fallbacks dying with it, must not lose the request).
+			if repicked >= 0 || !lastConnect || ctx.Err() != nil || c.route.Pool == nil || c.route.Pool.Picker == nil {
+				break
+			}
+			res2, err := c.route.Pool.Picker.Pick(ctx, &c.req)
+			if err != nil {
+				break
+			}
+			next := res2.Endpoint
+			if slices.Contains(targets, next) {
+				// The picker still prefers a target that failed (it may
+				// have come back): take its best untried fallback instead.
+				next = nil
+				for _, f := range res2.Fallbacks {
+					if f.Healthy() && !slices.Contains(targets, f) {
+						next = f
+						break
+					}
+				}
+				res2.Done(signals.Outcome{Err: errNotSent})
+				if next == nil {
+					break
+				}
+				res2 = picker.Result{Done: dispatchDirect(next, c.req.PromptTokens)}
+			}
+			again, repicked = res2, len(targets)
+			targets = append(targets, next)
+		}
+		ep := targets[i]
 		done := res.Done
-		if i > 0 && !ep.Healthy() {
+		if i == repicked {
+			p.inst.retry(ctx, c)
+			done = again.Done
+		} else if i > 0 && !ep.Healthy() {
 			// The fallbacks were ranked at pick time; one that has failed
 			// since (another request's connect error) is skipped rather
 			// than sent traffic it cannot serve.
 			continue
-		}
-		if i > 0 {
+		} else if i > 0 {
 			p.inst.retry(ctx, c)
 			done = dispatchDirect(ep, c.req.PromptTokens)
 		}
@@ -400,7 +439,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 			done(o)
 			p.log.LogAttrs(ctx, slog.LevelWarn, "upstream unreachable", slog.String("endpoint", ep.Name),
 				slog.String("address", ep.Address), slog.String("error", err.Error()), slog.Int("attempt", i+1))
-			lastErr = err
+			lastErr, lastConnect = err, true
 			continue
 		}
 		if resp.StatusCode >= 500 && i < len(targets)-1 {
@@ -411,7 +450,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 			done(signals.Outcome{Err: err, Latency: p.clock.Now().Sub(t0)})
 			p.log.LogAttrs(ctx, slog.LevelWarn, "upstream error status, retrying", slog.String("endpoint", ep.Name),
 				slog.Int("status", resp.StatusCode), slog.Int("attempt", i+1))
-			lastErr = err
+			lastErr, lastConnect = err, false
 			continue
 		}
 		return p.respond(w, r, c, resp, t0, done)
@@ -419,6 +458,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 	WriteError(w, errorFor(lastErr, 0))
 	return http.StatusBadGateway, 0
 }
+
+// errNotSent is the outcome reported for a pick that a retry did not use.
+var errNotSent = errors.New("inferroute router: pick not used by the retry")
 
 // dispatchDirect accounts a retry on a fallback endpoint, which the picker
 // did not dispatch, and returns its Done: the in-flight counters are

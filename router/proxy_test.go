@@ -106,7 +106,9 @@ func newEnv(t *testing.T, cfg Config, addrs ...string) *env {
 	t.Helper()
 	e := &env{rec: newRecorder(), clock: signalstest.NewClock(time.Unix(1_800_000_000, 0))}
 	fallbacks := 2
-	pk, err := picker.New(picker.Config{Scorers: []picker.Plugin{{Name: "rank", Weight: 1}}, Fallbacks: &fallbacks},
+	pk, err := picker.New(picker.Config{
+		Filters: []picker.Plugin{{Name: "healthy"}},
+		Scorers: []picker.Plugin{{Name: "rank", Weight: 1}}, Fallbacks: &fallbacks},
 		picker.WithRegistry(rankRegistry(t)), picker.WithObservers(e.rec))
 	require.NoError(t, err)
 	for i, a := range addrs {
@@ -377,6 +379,19 @@ func TestProxyRetries(t *testing.T) {
 		require.Equal(t, 200, r.StatusCode)
 		<-gotGood
 		assert.Len(t, gotSkipped, 0, "no traffic to an endpoint marked down")
+		e.requireIdle(t)
+	})
+	t.Run("when every ranked target is down the picker is asked again", func(t *testing.T) {
+		// ep0 is the pick, ep1 and ep2 its fallbacks: all dead. ep3, healthy
+		// and ranked last, was not among them.
+		good, got := backend(t, jsonHandler(200, ok, nil))
+		e := newEnv(t, Config{}, deadAddr(t), deadAddr(t), deadAddr(t), good)
+		r := e.post(t, "/v1/chat/completions", body, nil)
+		require.Equal(t, 200, r.StatusCode)
+		<-got
+		for _, ep := range e.eps[:3] {
+			assert.False(t, ep.Healthy(), ep.Name)
+		}
 		e.requireIdle(t)
 	})
 	t.Run("retries are bounded", func(t *testing.T) {

@@ -115,7 +115,7 @@ func StartGateway(ctx context.Context, fleet *emulator.Fleet, cfg GatewayConfig)
 	switch cfg.Policy {
 	case Inferroute:
 		pcfg = picker.DefaultConfig()
-		opts = append(opts, picker.WithRegistry(Registry()))
+		opts = append(opts, picker.WithRegistry(scorer.NewRegistry()))
 		ix, err := prefix.NewIndex(prefix.IndexConfig{})
 		if err != nil {
 			return nil, err
@@ -135,7 +135,7 @@ func StartGateway(ctx context.Context, fleet *emulator.Fleet, cfg GatewayConfig)
 			opts = append(opts, picker.WithAdmitter(adm))
 		}
 	case RoundRobin:
-		reg := Registry()
+		reg := scorer.NewRegistry()
 		rr := &roundRobinScorer{}
 		if err := reg.RegisterScorer(RoundRobin, func(scorer.Params, scorer.Env) (scorer.Scorer, error) { return rr, nil }); err != nil {
 			return nil, err
@@ -314,15 +314,4 @@ func (r *recorder) snapshot() []Attempt {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]Attempt(nil), r.log...)
-}
-
-// Registry returns scorer.NewRegistry() plus the prefix and latency
-// scorers that picker.DefaultConfig names, registered by their
-// constructors from parameters when the built-in registry does not hold
-// them yet (a duplicate registration is ignored).
-func Registry() *scorer.Registry {
-	reg := scorer.NewRegistry()
-	_ = reg.RegisterScorer(scorer.ScorerPrefix, scorer.NewPrefixScorerFromParams)
-	_ = reg.RegisterScorer(scorer.ScorerLatency, scorer.NewLatencyScorerFromParams)
-	return reg
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/inferroute/inferroute/benchmarks/sim"
 	"github.com/inferroute/inferroute/benchmarks/workload"
 	"github.com/inferroute/inferroute/picker"
+	"github.com/inferroute/inferroute/scorer"
 )
 
 // HeteroProfiles is routebench's "hetero" fleet (benchmarks/sim
@@ -149,7 +150,7 @@ func Compare(ctx context.Context, cfg CompareConfig) (*CompareResult, error) {
 			factory = policy.NewRoundRobin
 		case Inferroute:
 			factory = func(env policy.Env) (policy.Policy, error) {
-				return policy.NewPicker(Inferroute, picker.DefaultConfig(), env, picker.WithRegistry(Registry()))
+				return policy.NewPicker(Inferroute, picker.DefaultConfig(), env, picker.WithRegistry(scorer.NewRegistry()))
 			}
 		default:
 			return nil, fmt.Errorf("e2e: unknown policy %q", pol)
