@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"time"
-
-	"github.com/inferroute/inferroute/signals"
 )
 
 var _ Scorer = (*PrefixScorer)(nil)
@@ -72,11 +70,9 @@ func (p PrefixParams) validate() error {
 // prefix in their KV cache, without piling a shared prefix onto one pod.
 //
 // It reads in.Cached (the fraction of the prompt each candidate holds, from
-// the picker's PrefixMatcher) and each candidate's load: requests waiting
-// plus running, from the last scrape corrected by this process's dispatches
-// and completions since, faded toward the local in-flight count as the
-// scrape ages (the correction of signals.Endpoint.QueueDepth, applied once
-// to the sum).
+// the picker's PrefixMatcher) and each candidate's load in requests,
+// waiting plus running, corrected and faded by scrape age
+// (signals.Endpoint.Requests).
 //
 // Scores, 1 best:
 //   - a candidate whose load exceeds the least-loaded candidate's by both
@@ -142,7 +138,7 @@ func (s *PrefixScorer) Score(_ context.Context, in *Input, out []float64) {
 	// out holds the loads until the scores are written.
 	lmin := math.Inf(1)
 	for i, ep := range in.Endpoints {
-		out[i] = prefixLoad(ep, in.Now, s.halfLife)
+		out[i] = ep.Requests(in.Now, s.halfLife)
 		lmin = min(lmin, out[i])
 	}
 	limitAbs := lmin + s.p.YieldAbsolute
@@ -184,31 +180,4 @@ func (s *PrefixScorer) Score(_ context.Context, in *Input, out []float64) {
 			out[i] = 1
 		}
 	}
-}
-
-// prefixLoad returns the number of requests on ep (waiting plus running) at now:
-// the last scrape's count plus the requests this process dispatched minus
-// those that completed since it, blended toward the local in-flight count by
-// the scrape's confidence (signals.Confidence with halfLife), exactly as
-// signals.Endpoint corrects QueueDepth and RunningRequests one by one. It
-// is the local in-flight count before any scrape or when the server
-// publishes neither count. Safe for concurrent use; does not allocate.
-func prefixLoad(ep *signals.Endpoint, now time.Time, halfLife time.Duration) float64 {
-	local := float64(ep.InFlight())
-	m := ep.Metrics()
-	if m == nil || (!m.Waiting.Known && !m.Running.Known) {
-		return local
-	}
-	x := 0.0
-	if m.Waiting.Known {
-		x += max(m.Waiting.Value, 0)
-	}
-	if m.Running.Known {
-		x += max(m.Running.Value, 0)
-	}
-	c := ep.Counters()
-	since := (float64(c.Dispatched) - float64(m.Baseline.Dispatched)) -
-		(float64(c.Completed) - float64(m.Baseline.Completed))
-	conf := signals.Confidence(m.ScrapedAt, now, halfLife)
-	return conf*max(x+since, 0) + (1-conf)*local
 }

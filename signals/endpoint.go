@@ -219,6 +219,29 @@ func (ep *Endpoint) RunningRequests(now time.Time, halfLife time.Duration) float
 	return ep.corrected(func(m *Metrics) Reading { return m.Running }, now, halfLife)
 }
 
+// Requests returns the requests on the endpoint, waiting plus running, with
+// the same correction as QueueDepth applied once to the sum (not once to
+// each count). It is what "how loaded is this pod in requests" means to a
+// scorer that does not care where in the server the requests sit.
+func (ep *Endpoint) Requests(now time.Time, halfLife time.Duration) float64 {
+	return ep.corrected(requestsReading, now, halfLife)
+}
+
+// requestsReading is waiting plus running, known when either is.
+func requestsReading(m *Metrics) Reading {
+	if !m.Waiting.Known && !m.Running.Known {
+		return Reading{}
+	}
+	var v float64
+	if m.Waiting.Known {
+		v += clampNonNeg(m.Waiting.Value)
+	}
+	if m.Running.Known {
+		v += clampNonNeg(m.Running.Value)
+	}
+	return Reading{Value: v, Known: true}
+}
+
 func (ep *Endpoint) corrected(field func(*Metrics) Reading, now time.Time, halfLife time.Duration) float64 {
 	local := float64(ep.InFlight())
 	m := ep.metrics.Load()

@@ -277,3 +277,22 @@ func TestRecentDispatchesDecay(t *testing.T) {
 	ep.NoteDispatch(t0.Add(signals.BurstHalfLife))
 	assert.InEpsilon(t, 2, ep.RecentDispatches(t0.Add(signals.BurstHalfLife)), 1e-3, "1 decayed + 1 new")
 }
+
+func TestRequestsCorrectsTheSumOnce(t *testing.T) {
+	hl := 100 * time.Millisecond
+	ep := signalstest.Endpoint("a", signalstest.Load{Running: 5, Waiting: 3, KV: 0, ScrapedAt: t0})
+	ep.Dispatch(0)
+	ep.Dispatch(0)
+	// 3 waiting + 5 running + 2 dispatched since, counted once (QueueDepth
+	// and RunningRequests would each add the 2).
+	assert.InDelta(t, 10, ep.Requests(t0, hl), 1e-9)
+	assert.InDelta(t, 0.5*10+0.5*2, ep.Requests(t0.Add(hl), hl), 1e-9, "fades toward the 2 in flight")
+
+	onlyRunning := signals.NewEndpoint(signals.EndpointSpec{Name: "r"})
+	onlyRunning.SetMetrics(&signals.Metrics{ScrapedAt: t0, Running: signals.Known(4)})
+	assert.InDelta(t, 4, onlyRunning.Requests(t0, hl), 1e-9, "a server without a queue gauge")
+
+	unscraped := signals.NewEndpoint(signals.EndpointSpec{Name: "u"})
+	unscraped.Dispatch(0)
+	assert.Equal(t, 1.0, unscraped.Requests(t0, hl), "before any scrape: the local count")
+}
