@@ -76,7 +76,9 @@ type attrKey struct {
 }
 
 type attrSets struct {
-	request, ttft metric.MeasurementOption
+	add    []metric.AddOption    // request attributes, as Add options
+	record []metric.RecordOption // request attributes, as Record options
+	ttft   []metric.RecordOption
 }
 
 // sets returns the cached attribute options of a (pool, model, code). The
@@ -86,10 +88,15 @@ func (in *instruments) setsFor(pool, model string, code int) *attrSets {
 	if v, ok := in.sets.Load(k); ok {
 		return v.(*attrSets)
 	}
+	request := metric.WithAttributeSet(attribute.NewSet(
+		attribute.String("pool", pool), attribute.String("model", model), attribute.String("code", strconv.Itoa(code))))
+	ttft := metric.WithAttributeSet(attribute.NewSet(attribute.String("pool", pool), attribute.String("model", model)))
+	// Options are kept as slices, so that passing them to Add and Record
+	// allocates no variadic slice per request.
 	v, _ := in.sets.LoadOrStore(k, &attrSets{
-		request: metric.WithAttributeSet(attribute.NewSet(
-			attribute.String("pool", pool), attribute.String("model", model), attribute.String("code", strconv.Itoa(code)))),
-		ttft: metric.WithAttributeSet(attribute.NewSet(attribute.String("pool", pool), attribute.String("model", model))),
+		add:    []metric.AddOption{request},
+		record: []metric.RecordOption{request},
+		ttft:   []metric.RecordOption{ttft},
 	})
 	return v.(*attrSets)
 }
@@ -100,10 +107,10 @@ func (in *instruments) request(ctx context.Context, c *call, status int, d, ttft
 	}
 	pool, model := in.attrs(c)
 	sets := in.setsFor(pool, model, status)
-	in.requests.Add(ctx, 1, sets.request)
-	in.duration.Record(ctx, d.Seconds(), sets.request)
+	in.requests.Add(ctx, 1, sets.add...)
+	in.duration.Record(ctx, d.Seconds(), sets.record...)
 	if ttft > 0 {
-		in.ttft.Record(ctx, ttft.Seconds(), sets.ttft)
+		in.ttft.Record(ctx, ttft.Seconds(), sets.ttft...)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -48,8 +47,12 @@ const HeaderDestination = "x-gateway-destination-endpoint"
 // Config tunes a Proxy or a Middleware. The zero value of every field means
 // its default.
 type Config struct {
-	// Transport sends upstream requests; nil means a http.Transport tuned
-	// for many connections to few hosts (NewTransport).
+	// Transport sends upstream requests; nil means the built-in HTTP/1.1
+	// client: plain TCP, a keep-alive pool of DefaultMaxIdleConnsPerHost
+	// connections per endpoint closed after DefaultIdleConnTimeout idle,
+	// requests written and responses read by the handler's goroutine. Set
+	// it (NewTransport is a tuned http.Transport) for TLS, HTTP/2 or a
+	// custom dialer.
 	Transport http.RoundTripper
 	// Clock measures TTFT and latency; nil means the system clock.
 	Clock signals.Clock
@@ -94,10 +97,11 @@ type Config struct {
 	MeterProvider metric.MeterProvider
 }
 
-// NewTransport returns the default upstream transport: keep-alive pools
-// sized for a gateway that sends many concurrent requests to a few hosts,
-// no proxy from the environment, and no transparent compression (prompts
-// and streams pass as they are).
+// NewTransport returns a net/http transport for Config.Transport: keep-alive
+// pools sized for a gateway that sends many concurrent requests to a few
+// hosts (MaxIdleConnsPerHost at least the connections in flight, or every
+// request opens one), HTTP/1.1 only, no proxy from the environment, and no
+// transparent compression (prompts and streams pass as they are).
 func NewTransport() *http.Transport {
 	return &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -121,7 +125,9 @@ func NewTransport() *http.Transport {
 // the upstream exchange.
 type Proxy struct {
 	cfg       Config
-	transport http.RoundTripper
+	transport http.RoundTripper // nil when h1 is used
+	h1        *h1Client
+	endpointH string // canonical Config.EndpointHeader
 	clock     signals.Clock
 	hasher    *prefix.Hasher
 	log       *slog.Logger
@@ -141,7 +147,10 @@ func NewProxy(t *Table, cfg Config) (*Proxy, error) {
 	}
 	p := &Proxy{cfg: cfg, transport: cfg.Transport, clock: cfg.Clock, hasher: cfg.Hasher, log: cfg.Logger}
 	if p.transport == nil {
-		p.transport = NewTransport()
+		p.h1 = newH1Client()
+	}
+	if cfg.EndpointHeader != "" {
+		p.endpointH = http.CanonicalHeaderKey(cfg.EndpointHeader)
 	}
 	if p.clock == nil {
 		p.clock = signals.SystemClock{}
@@ -209,7 +218,12 @@ type call struct {
 	out     []byte
 	rbuf    []byte
 	cancel  context.CancelCauseFunc
+	fb      firstByte
+	h1req   h1Request
 }
+
+// noCancel is the cancel of an attempt that made no context of its own.
+func noCancel(error) {}
 
 func (p *Proxy) getCall() *call { return p.calls.Get().(*call) }
 
@@ -219,7 +233,16 @@ func (p *Proxy) putCall(c *call) {
 	}
 	blocks := c.req.PromptBlocks[:0]
 	body, line, out, rbuf, br := c.body[:0], c.line[:0], c.out[:0], c.rbuf[:0], c.br
-	*c = call{body: body, line: line, out: out, rbuf: rbuf, br: br}
+	var hdr http.Header
+	if p.h1 != nil && len(c.hdr) <= 64 {
+		// The built-in client wrote the headers before returning the
+		// response, and Done has run: nothing holds the map any more. A
+		// Config.Transport may still be writing the request after it
+		// returned (net/http.Transport does, on an early response), so
+		// its map is never reused.
+		hdr = c.hdr
+	}
+	*c = call{body: body, line: line, out: out, rbuf: rbuf, br: br, hdr: hdr}
 	c.req.PromptBlocks = blocks
 	p.calls.Put(c)
 }
@@ -259,7 +282,7 @@ func (p *Proxy) serveModels(w http.ResponseWriter) {
 // admit reads and parses the request, routes it and picks an endpoint. On
 // error nothing was dispatched.
 func (p *Proxy) admit(r *http.Request, c *call) (picker.Result, error) {
-	c.hdr = p.cleanHeader(r)
+	c.hdr = p.cleanHeader(r, c.hdr)
 	if err := p.readBody(r, c); err != nil {
 		return picker.Result{}, err
 	}
@@ -331,8 +354,14 @@ var hopHeaders = []string{
 // cleanHeader returns the headers to forward: r's headers without the
 // hop-by-hop fields, those named by Connection, and the routing headers a
 // client may not set; with X-Forwarded-For extended and compression off.
-func (p *Proxy) cleanHeader(r *http.Request) http.Header {
-	out := make(http.Header, len(r.Header)+2)
+// It fills reuse (cleared first) when not nil.
+func (p *Proxy) cleanHeader(r *http.Request, reuse http.Header) http.Header {
+	out := reuse
+	if out == nil {
+		out = make(http.Header, len(r.Header)+2)
+	} else {
+		clear(out)
+	}
 	for k, v := range r.Header {
 		out[k] = v
 	}
@@ -355,9 +384,13 @@ func (p *Proxy) cleanHeader(r *http.Request) http.Header {
 		}
 		out["X-Forwarded-For"] = []string{host}
 	}
-	out["Accept-Encoding"] = []string{"identity"}
+	out["Accept-Encoding"] = identityEncoding
 	return out
 }
+
+// identityEncoding is the Accept-Encoding of every upstream request; shared,
+// never modified.
+var identityEncoding = []string{"identity"}
 
 // forward sends the request to the picked endpoint, retrying on its
 // fallbacks, and relays the response. It calls res.Done exactly once and
@@ -485,7 +518,63 @@ func dispatchDirect(ep *signals.Endpoint, tokens int) func(signals.Outcome) {
 // roundTrip sends one attempt. On success c.cancel must be called once the
 // response is consumed.
 func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, c *call, ep *signals.Endpoint) (*http.Response, error) {
+	if p.h1 != nil && p.cfg.UpstreamTimeout <= 0 {
+		// No timer to cancel the attempt: the request's own context (the
+		// client going away) is the only cancellation.
+		resp, err := p.h1.do(ctx, p.h1Request(r, c, ep))
+		if err != nil {
+			return nil, err
+		}
+		c.cancel = noCancel
+		return resp, nil
+	}
 	actx, cancel := context.WithCancelCause(ctx)
+	var timer *time.Timer
+	if d := p.cfg.UpstreamTimeout; d > 0 {
+		timer = time.AfterFunc(d, func() { cancel(ErrUpstreamTimeout) })
+	}
+	var resp *http.Response
+	var err error
+	if p.h1 != nil {
+		resp, err = p.h1.do(actx, p.h1Request(r, c, ep))
+	} else {
+		resp, err = p.transport.RoundTrip(p.httpRequest(actx, r, c, ep))
+	}
+	if timer != nil && !timer.Stop() && err == nil {
+		// The timer fired as the headers arrived: the body is cancelled.
+		_ = resp.Body.Close()
+		resp, err = nil, ErrUpstreamTimeout
+	}
+	if err != nil {
+		if errors.Is(context.Cause(actx), ErrUpstreamTimeout) {
+			err = ErrUpstreamTimeout
+		}
+		cancel(nil)
+		return nil, err
+	}
+	c.cancel = cancel
+	return resp, nil
+}
+
+// h1Request fills c's request for the built-in client.
+func (p *Proxy) h1Request(r *http.Request, c *call, ep *signals.Endpoint) *h1Request {
+	c.h1req = h1Request{
+		method:     r.Method,
+		addr:       ep.Address,
+		path:       r.URL.EscapedPath(),
+		query:      r.URL.RawQuery,
+		header:     c.hdr,
+		body:       c.send,
+		sendLength: r.Method != http.MethodGet && r.Method != http.MethodHead,
+	}
+	if p.endpointH != "" {
+		c.h1req.extraKey, c.h1req.extraValue = p.endpointH, ep.Address
+	}
+	return &c.h1req
+}
+
+// httpRequest builds the upstream request for Config.Transport.
+func (p *Proxy) httpRequest(actx context.Context, r *http.Request, c *call, ep *signals.Endpoint) *http.Request {
 	hdr := c.hdr
 	if p.cfg.EndpointHeader != "" {
 		hdr = hdr.Clone()
@@ -501,6 +590,8 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, c *call, ep *sig
 		Host:       ep.Address,
 	}).WithContext(actx)
 	if len(c.send) > 0 || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
+		// The body is the call's buffer itself: GetBody replays the same
+		// bytes on the transport's own retries, no second copy.
 		body := c.send
 		out.Body = io.NopCloser(bytes.NewReader(body))
 		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
@@ -509,25 +600,7 @@ func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, c *call, ep *sig
 			out.Body = http.NoBody
 		}
 	}
-	var timer *time.Timer
-	if d := p.cfg.UpstreamTimeout; d > 0 {
-		timer = time.AfterFunc(d, func() { cancel(ErrUpstreamTimeout) })
-	}
-	resp, err := p.transport.RoundTrip(out)
-	if timer != nil && !timer.Stop() && err == nil {
-		// The timer fired as the headers arrived: the body is cancelled.
-		_ = resp.Body.Close()
-		resp, err = nil, ErrUpstreamTimeout
-	}
-	if err != nil {
-		if errors.Is(context.Cause(actx), ErrUpstreamTimeout) {
-			err = ErrUpstreamTimeout
-		}
-		cancel(nil)
-		return nil, err
-	}
-	c.cancel = cancel
-	return resp, nil
+	return out
 }
 
 // firstByte records when the first response body byte arrives.
@@ -552,20 +625,21 @@ func (f *firstByte) Read(b []byte) (int, error) {
 func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, c *call, resp *http.Response, t0 time.Time, done func(signals.Outcome)) (int, time.Duration) {
 	defer c.cancel(nil)
 	defer resp.Body.Close()
-	fb := &firstByte{r: resp.Body, clock: p.clock, t0: t0}
+	c.fb = firstByte{r: resp.Body, clock: p.clock, t0: t0}
+	fb := &c.fb
 	var o signals.Outcome
 	if resp.StatusCode >= 500 {
 		o.Err = fmt.Errorf("%w: %d", ErrUpstreamStatus, resp.StatusCode)
 	}
 	copyHeader(w.Header(), resp.Header)
-	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	ct := mediaType(resp.Header.Get("Content-Type"))
 	status := resp.StatusCode
 	var err error
 	var aborted bool
 	switch {
 	case ct == "text/event-stream":
 		err = p.streamSSE(w, r, c, fb, resp.StatusCode, &o)
-	case (ct == "application/json" || strings.HasSuffix(ct, "+json")) && resp.ContentLength <= p.cfg.MaxResponseBuffer:
+	case (ct == "application/json" || (len(ct) > 5 && strings.EqualFold(ct[len(ct)-5:], "+json"))) && resp.ContentLength <= p.cfg.MaxResponseBuffer:
 		status, err = p.bufferJSON(w, r, c, fb, resp.StatusCode, &o)
 	default:
 		aborted, err = p.copyBody(w, fb, resp.StatusCode)
@@ -673,7 +747,9 @@ func (p *Proxy) bufferJSON(w http.ResponseWriter, r *http.Request, c *call, fb *
 func (p *Proxy) copyBody(w http.ResponseWriter, fb *firstByte, status int) (aborted bool, err error) {
 	w.WriteHeader(status)
 	rc := http.NewResponseController(w)
-	buf := make([]byte, 32<<10)
+	bp := copyBufs.Get().(*[32 << 10]byte)
+	defer copyBufs.Put(bp)
+	buf := bp[:]
 	for {
 		n, rerr := fb.Read(buf)
 		if n > 0 {
@@ -689,6 +765,25 @@ func (p *Proxy) copyBody(w http.ResponseWriter, fb *firstByte, status int) (abor
 			return fb.seen, fmt.Errorf("%w: %w", ErrStreamBroken, rerr)
 		}
 	}
+}
+
+// copyBufs are the 32 KiB buffers of copyBody.
+var copyBufs = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+// mediaType returns the media type of a Content-Type value, lower-cased,
+// without parameters (RFC 9110 section 8.3.1), allocating only when the
+// value is not already lower case.
+func mediaType(v string) string {
+	if i := strings.IndexByte(v, ';'); i >= 0 {
+		v = v[:i]
+	}
+	v = strings.TrimSpace(v)
+	for i := 0; i < len(v); i++ {
+		if 'A' <= v[i] && v[i] <= 'Z' {
+			return strings.ToLower(v)
+		}
+	}
+	return v
 }
 
 // streamSSE relays a server-sent event stream line by line, flushing at the

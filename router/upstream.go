@@ -1,0 +1,823 @@
+package router
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Defaults of the built-in upstream client (Config.Transport nil).
+const (
+	// DefaultMaxIdleConnsPerHost is how many idle keep-alive connections
+	// the built-in client keeps per endpoint. It must be at least the
+	// number of requests in flight to one endpoint, or connections are
+	// closed and opened again under load.
+	DefaultMaxIdleConnsPerHost = 1024
+	// DefaultIdleConnTimeout closes a keep-alive connection idle this long.
+	// It is shorter than uvicorn's default keep-alive timeout of 5 s
+	// (uvicorn's settings documentation, --timeout-keep-alive), under which
+	// vLLM and SGLang serve, so that the client rarely sends on a connection
+	// the server is closing; when it does, the request is sent again once
+	// on a new connection.
+	DefaultIdleConnTimeout = 4 * time.Second
+	// maxResponseHeaderBytes bounds a response's status line and headers.
+	maxResponseHeaderBytes = 1 << 20
+)
+
+// errStaleConn marks a failure on a reused keep-alive connection before any
+// response byte arrived: the server had closed it while idle, so the
+// request is sent again on a new connection.
+var errStaleConn = errors.New("inferroute router: keep-alive connection closed by the server")
+
+// h1Client is the Proxy's default upstream client: HTTP/1.1 over plain TCP
+// with a keep-alive pool per endpoint address. Model servers (vLLM, SGLang,
+// TGI, TensorRT-LLM) speak HTTP/1.1 on their OpenAI port, and a proxy that
+// already holds the whole request body needs less than net/http.Transport
+// does: the request is written by the calling goroutine in one write (or
+// one writev for a large body: headers and body, no copy), and the response
+// is read by the same goroutine, so a request costs no goroutine hand-offs
+// and no per-request context tree. Message framing follows RFC 9112
+// (HTTP/1.1) section 6.3 (message body length) and section 7.1 (chunked
+// transfer coding, decoded with net/http/httputil.NewChunkedReader).
+//
+// A cancelled context closes the exchange's connection, so both a blocked
+// write and a blocked read return.
+type h1Client struct {
+	dialer      net.Dialer
+	maxIdle     int
+	idleTimeout time.Duration
+
+	mu    sync.Mutex
+	hosts map[string]*h1Host
+}
+
+func newH1Client() *h1Client {
+	return &h1Client{
+		dialer:      net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second},
+		maxIdle:     DefaultMaxIdleConnsPerHost,
+		idleTimeout: DefaultIdleConnTimeout,
+		hosts:       map[string]*h1Host{},
+	}
+}
+
+// h1Host is the idle pool of one address: a stack, so that the connections
+// in use stay warm and the ones left at the bottom expire.
+type h1Host struct {
+	mu    sync.Mutex
+	idle  []*h1Conn
+	timer *time.Timer
+}
+
+// h1Conn is one upstream connection with its buffers.
+type h1Conn struct {
+	host      *h1Host
+	nc        net.Conn
+	br        *bufio.Reader
+	wbuf      []byte
+	bufs      net.Buffers
+	raw       []byte
+	idleSince time.Time
+	reused    bool
+}
+
+func (t *h1Client) host(addr string) *h1Host {
+	t.mu.Lock()
+	h := t.hosts[addr]
+	if h == nil {
+		h = &h1Host{}
+		t.hosts[addr] = h
+	}
+	t.mu.Unlock()
+	return h
+}
+
+// get returns an idle connection to addr, or dials one.
+func (t *h1Client) get(ctx context.Context, h *h1Host, addr string, fresh bool) (*h1Conn, error) {
+	if !fresh {
+		now := time.Now()
+		h.mu.Lock()
+		for n := len(h.idle); n > 0; n = len(h.idle) {
+			pc := h.idle[n-1]
+			h.idle[n-1] = nil
+			h.idle = h.idle[:n-1]
+			if now.Sub(pc.idleSince) < t.idleTimeout {
+				h.mu.Unlock()
+				pc.reused = true
+				return pc, nil
+			}
+			_ = pc.nc.Close()
+		}
+		h.mu.Unlock()
+	}
+	nc, err := t.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &h1Conn{host: h, nc: nc, br: bufio.NewReaderSize(nc, 32<<10)}, nil
+}
+
+// put returns a connection whose response was read to its end to the idle
+// pool, and arms the pool's expiry timer.
+func (t *h1Client) put(pc *h1Conn) {
+	h := pc.host
+	pc.idleSince = time.Now()
+	pc.reused = false
+	h.mu.Lock()
+	if len(h.idle) >= t.maxIdle {
+		h.mu.Unlock()
+		_ = pc.nc.Close()
+		return
+	}
+	h.idle = append(h.idle, pc)
+	if h.timer == nil {
+		h.timer = time.AfterFunc(t.idleTimeout, func() { t.expire(h) })
+	}
+	h.mu.Unlock()
+}
+
+// expire closes the idle connections of h that timed out (they are at the
+// bottom of the stack) and re-arms the timer while any remain.
+func (t *h1Client) expire(h *h1Host) {
+	now := time.Now()
+	h.mu.Lock()
+	n := 0
+	for n < len(h.idle) && now.Sub(h.idle[n].idleSince) >= t.idleTimeout {
+		_ = h.idle[n].nc.Close()
+		n++
+	}
+	h.idle = append(h.idle[:0], h.idle[n:]...)
+	clear(h.idle[len(h.idle) : len(h.idle)+n])
+	if len(h.idle) > 0 {
+		h.timer.Reset(t.idleTimeout - now.Sub(h.idle[0].idleSince))
+	} else {
+		h.timer = nil
+	}
+	h.mu.Unlock()
+}
+
+// drop closes every idle connection of h: a server that closed one idle
+// connection (a restart, its keep-alive timeout) has usually closed them all.
+func (t *h1Client) drop(h *h1Host) {
+	h.mu.Lock()
+	for i, pc := range h.idle {
+		_ = pc.nc.Close()
+		h.idle[i] = nil
+	}
+	h.idle = h.idle[:0]
+	h.mu.Unlock()
+}
+
+// h1Request is what the Proxy sends upstream.
+type h1Request struct {
+	method string
+	addr   string // host:port, also the Host header
+	path   string // escaped path
+	query  string // raw query, without "?"
+	header http.Header
+	// extraKey and extraValue, when extraKey is not "", are one more
+	// header field (canonical key), replacing any of header's.
+	extraKey, extraValue string
+	body                 []byte
+	// sendLength writes Content-Length even for an empty body (every
+	// method but GET and HEAD).
+	sendLength bool
+}
+
+// do sends req and returns the response with its headers read. The body
+// must be read to its end or closed; at its end the connection returns to
+// the pool. A failure on a reused connection before any response byte is
+// retried once on a new connection. When ctx ends during the exchange, the
+// error is context.Cause(ctx).
+func (t *h1Client) do(ctx context.Context, req *h1Request) (*http.Response, error) {
+	h := t.host(req.addr)
+	fresh := false
+	for {
+		pc, err := t.get(ctx, h, req.addr, fresh)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := pc.exchange(t, ctx, req)
+		if err == nil {
+			return resp, nil
+		}
+		_ = pc.nc.Close()
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if errors.Is(err, errStaleConn) && !fresh {
+			t.drop(h)
+			fresh = true
+			continue
+		}
+		return nil, err
+	}
+}
+
+// aLongTimeAgo is a deadline in the past, which makes blocked I/O return.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// exchange writes req on pc and reads the response's headers.
+func (pc *h1Conn) exchange(t *h1Client, ctx context.Context, req *h1Request) (*http.Response, error) {
+	stop := context.AfterFunc(ctx, func() { _ = pc.nc.SetDeadline(aLongTimeAgo) })
+	b, err := appendRequestHead(pc.wbuf[:0], req)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	if len(b)+len(req.body) <= 32<<10 {
+		b = append(b, req.body...)
+		_, err = pc.nc.Write(b)
+	} else {
+		pc.bufs = append(pc.bufs[:0], b, req.body)
+		_, err = pc.bufs.WriteTo(pc.nc)
+		clear(pc.bufs[:2])
+	}
+	if cap(b) <= 64<<10 {
+		pc.wbuf = b[:0]
+	}
+	if err != nil {
+		stop()
+		if pc.reused {
+			return nil, fmt.Errorf("%w: %w", errStaleConn, err)
+		}
+		return nil, err
+	}
+	resp, err := pc.readResponse(req)
+	if err != nil {
+		stop()
+		if pc.reused && isStaleRead(err) {
+			return nil, fmt.Errorf("%w: %w", errStaleConn, err)
+		}
+		return nil, err
+	}
+	body := resp.Body.(*h1Body)
+	body.t, body.stop = t, stop
+	if body.mode == bodyNone {
+		body.finish(nil)
+		resp.Body = http.NoBody
+	}
+	return resp, nil
+}
+
+// isStaleRead reports whether err is what reading the response from a
+// connection the server had closed returns: end of stream or a reset
+// before any byte, not a timeout.
+func isStaleRead(err error) bool {
+	var ne net.Error
+	return errors.Is(err, errNoResponse) && !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// appendRequestHead appends the request line and header section of req.
+func appendRequestHead(b []byte, req *h1Request) ([]byte, error) {
+	b = append(b, req.method...)
+	b = append(b, ' ')
+	if req.path == "" {
+		b = append(b, '/')
+	} else {
+		b = append(b, req.path...)
+	}
+	if req.query != "" {
+		b = append(b, '?')
+		b = append(b, req.query...)
+	}
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, req.addr...)
+	b = append(b, "\r\n"...)
+	for k, vs := range req.header {
+		if k == "Host" || k == "Content-Length" || (req.extraKey != "" && k == req.extraKey) {
+			continue
+		}
+		if !validFieldName(k) {
+			return b, fmt.Errorf("inferroute router: invalid header field name %q", k)
+		}
+		for _, v := range vs {
+			if !validFieldValue(v) {
+				return b, fmt.Errorf("inferroute router: invalid value of header field %q", k)
+			}
+			b = append(b, k...)
+			b = append(b, ": "...)
+			b = append(b, v...)
+			b = append(b, "\r\n"...)
+		}
+	}
+	if req.extraKey != "" {
+		if !validFieldName(req.extraKey) || !validFieldValue(req.extraValue) {
+			return b, fmt.Errorf("inferroute router: invalid header field %q", req.extraKey)
+		}
+		b = append(b, req.extraKey...)
+		b = append(b, ": "...)
+		b = append(b, req.extraValue...)
+		b = append(b, "\r\n"...)
+	}
+	if len(req.body) > 0 || req.sendLength {
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, int64(len(req.body)), 10)
+		b = append(b, "\r\n"...)
+	}
+	return append(b, "\r\n"...), nil
+}
+
+// validFieldName reports whether k is an RFC 9110 token (section 5.1).
+func validFieldName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if !isTokenChar(k[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// validFieldValue reports whether v has no control characters but HTAB
+// (RFC 9110 section 5.5), so it cannot split the message.
+func validFieldValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func isTokenChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	switch c {
+	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
+		return true
+	}
+	return false
+}
+
+// errNoResponse is the error of a connection that closed before a status
+// line arrived.
+var errNoResponse = errors.New("inferroute router: connection closed before the response")
+
+// Body framing of a response (RFC 9112 section 6.3).
+const (
+	bodyNone    = iota // HEAD, 1xx, 204, 304
+	bodyLength         // Content-Length bytes
+	bodyChunked        // chunked transfer coding
+	bodyClose          // until the server closes the connection
+)
+
+// readResponse reads the status line and headers of the final response,
+// skipping interim 1xx responses.
+func (pc *h1Conn) readResponse(req *h1Request) (*http.Response, error) {
+	for {
+		resp, err := pc.readHead()
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			return resp, pc.frame(resp, req)
+		}
+	}
+}
+
+// readHead reads one status line and header section.
+func (pc *h1Conn) readHead() (*http.Response, error) {
+	raw := pc.raw[:0]
+	lines := 0
+	for {
+		line, err := pc.br.ReadSlice('\n')
+		if err != nil {
+			if err == bufio.ErrBufferFull {
+				return nil, errors.New("inferroute router: response header line too long")
+			}
+			if len(raw) == 0 && len(line) == 0 {
+				return nil, fmt.Errorf("%w: %w", errNoResponse, err)
+			}
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("reading the response headers: %w", err)
+		}
+		raw = append(raw, line...)
+		if len(raw) > maxResponseHeaderBytes {
+			return nil, errors.New("inferroute router: response headers too long")
+		}
+		lines++
+		if len(line) <= 2 && (line[0] == '\n' || (line[0] == '\r' && len(line) == 2)) {
+			break
+		}
+	}
+	if cap(raw) <= 64<<10 {
+		pc.raw = raw
+	}
+	// One string for the whole head: keys and values are substrings of it.
+	return parseHead(string(raw), lines)
+}
+
+// parseHead parses a status line and header section (with its ending blank
+// line) into a Response without a body.
+func parseHead(s string, lines int) (*http.Response, error) {
+	eol := indexEOL(s)
+	status := s[:eol]
+	s = s[eol:]
+	resp := &http.Response{}
+	proto, rest, ok := cut(status, ' ')
+	if !ok {
+		return nil, fmt.Errorf("inferroute router: malformed status line %q", status)
+	}
+	switch proto {
+	case "HTTP/1.1":
+		resp.ProtoMajor, resp.ProtoMinor = 1, 1
+	case "HTTP/1.0":
+		resp.ProtoMajor, resp.ProtoMinor = 1, 0
+	default:
+		return nil, fmt.Errorf("inferroute router: unsupported protocol %q", proto)
+	}
+	resp.Proto = proto
+	code, _, _ := cut(rest, ' ')
+	if len(code) != 3 || code[0] < '1' || code[0] > '5' {
+		return nil, fmt.Errorf("inferroute router: malformed status code in %q", status)
+	}
+	n, err := strconv.Atoi(code)
+	if err != nil {
+		return nil, fmt.Errorf("inferroute router: malformed status code in %q", status)
+	}
+	resp.StatusCode = n
+	resp.Status = rest
+	h := make(http.Header, lines)
+	vals := make([]string, lines)
+	used := 0
+	var last string // key of the previous field, for obsolete line folding
+	for {
+		s = s[skipEOL(s):]
+		eol := indexEOL(s)
+		line := s[:eol]
+		s = s[eol:]
+		if line == "" {
+			break
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			// obs-fold: replaced by a space (RFC 9112 section 5.2).
+			if last == "" {
+				return nil, errors.New("inferroute router: malformed response header continuation")
+			}
+			vs := h[last]
+			vs[len(vs)-1] += " " + trimOWS(line)
+			continue
+		}
+		k, v, ok := cut(line, ':')
+		if !ok || !validFieldName(k) {
+			return nil, fmt.Errorf("inferroute router: malformed response header line %q", line)
+		}
+		k = canonicalKey(k)
+		v = trimOWS(v)
+		if vs, ok := h[k]; ok {
+			h[k] = append(vs, v)
+		} else {
+			vals[used] = v
+			h[k] = vals[used : used+1 : used+1]
+			used++
+		}
+		last = k
+	}
+	resp.Header = h
+	return resp, nil
+}
+
+// indexEOL returns the index of the line ending at the start of the rest
+// of s (the CR of CRLF, or a bare LF), or len(s).
+func indexEOL(s string) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			if i > 0 && s[i-1] == '\r' {
+				return i - 1
+			}
+			return i
+		}
+	}
+	return len(s)
+}
+
+// skipEOL returns the length of the line ending s starts with.
+func skipEOL(s string) int {
+	switch {
+	case len(s) >= 2 && s[0] == '\r' && s[1] == '\n':
+		return 2
+	case len(s) >= 1 && s[0] == '\n':
+		return 1
+	}
+	return 0
+}
+
+func cut(s string, sep byte) (before, after string, ok bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == sep {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+func trimOWS(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// commonKeys interns the canonical form of frequent response header keys,
+// so that a lower-case key (uvicorn, which vLLM and SGLang use, sends
+// lower-case names) costs no allocation.
+var commonKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{
+		"Content-Type", "Content-Length", "Transfer-Encoding", "Connection", "Date", "Server",
+		"Keep-Alive", "Cache-Control", "Vary", "Content-Encoding", "X-Request-Id", "X-Accel-Buffering",
+		"Access-Control-Allow-Origin", "Access-Control-Allow-Credentials", "Trailer",
+	} {
+		m[k] = k
+	}
+	return m
+}()
+
+// canonicalKey returns k in the canonical form of
+// textproto.CanonicalMIMEHeaderKey (k is a valid token): k itself when it
+// already is, an interned string for common keys, a new string otherwise.
+func canonicalKey(k string) string {
+	upper := true
+	canonical := true
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if (upper && 'a' <= c && c <= 'z') || (!upper && 'A' <= c && c <= 'Z') {
+			canonical = false
+			break
+		}
+		upper = c == '-'
+	}
+	if canonical {
+		return k
+	}
+	var arr [64]byte
+	var b []byte
+	if len(k) <= len(arr) {
+		b = arr[:len(k)]
+	} else {
+		b = make([]byte, len(k))
+	}
+	upper = true
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch {
+		case upper && 'a' <= c && c <= 'z':
+			c -= 'a' - 'A'
+		case !upper && 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		b[i] = c
+		upper = c == '-'
+	}
+	if s, ok := commonKeys[string(b)]; ok {
+		return s
+	}
+	return string(b)
+}
+
+// hasToken reports whether a comma-separated header list has token
+// (case-insensitive).
+func hasToken(vs []string, token string) bool {
+	for _, v := range vs {
+		for v != "" {
+			var f string
+			f, v, _ = cut(v, ',')
+			if equalFold(trimOWS(f), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func equalFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// frame decides the body's length (RFC 9112 section 6.3) and whether the
+// connection can be reused, and sets resp.Body and resp.ContentLength.
+func (pc *h1Conn) frame(resp *http.Response, req *h1Request) error {
+	h := resp.Header
+	body := &h1Body{pc: pc}
+	resp.Body = body
+	resp.ContentLength = -1
+	body.keep = resp.ProtoMinor >= 1 && !hasToken(h["Connection"], "close")
+	if resp.ProtoMinor == 0 {
+		body.keep = hasToken(h["Connection"], "keep-alive")
+	}
+	code := resp.StatusCode
+	switch {
+	case req.method == http.MethodHead || code == http.StatusNoContent || code == http.StatusNotModified:
+		body.mode = bodyNone
+		resp.ContentLength = 0
+		if code != http.StatusNoContent {
+			resp.ContentLength = -1
+		}
+		return nil
+	case code == http.StatusSwitchingProtocols:
+		body.mode = bodyNone
+		body.keep = false
+		return nil
+	}
+	if te := h["Transfer-Encoding"]; len(te) > 0 {
+		// Transfer-Encoding overrides Content-Length, and a message with
+		// both must not be reused (RFC 9112 section 6.3, item 3).
+		if _, both := h["Content-Length"]; both {
+			delete(h, "Content-Length")
+			body.keep = false
+		}
+		last := trimOWS(te[len(te)-1])
+		if i := lastComma(last); i >= 0 {
+			last = trimOWS(last[i+1:])
+		}
+		resp.TransferEncoding = []string{"chunked"}
+		if equalFold(last, "chunked") {
+			body.mode = bodyChunked
+			body.r = httputil.NewChunkedReader(pc.br)
+			return nil
+		}
+		resp.TransferEncoding = nil
+		body.mode = bodyClose
+		body.keep = false
+		return nil
+	}
+	if cl := h["Content-Length"]; len(cl) > 0 {
+		n, err := strconv.ParseInt(cl[0], 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("inferroute router: malformed Content-Length %q", cl[0])
+		}
+		for _, v := range cl[1:] {
+			if v != cl[0] {
+				return errors.New("inferroute router: conflicting Content-Length values")
+			}
+		}
+		resp.ContentLength = n
+		body.mode, body.remain = bodyLength, n
+		if n == 0 {
+			body.mode = bodyNone
+		}
+		return nil
+	}
+	body.mode = bodyClose
+	body.keep = false
+	return nil
+}
+
+func lastComma(s string) int {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == ',' {
+			return i
+		}
+	}
+	return -1
+}
+
+// h1Body is a response body. At its end the connection goes back to the
+// pool (or is closed when it cannot be reused); Close before the end closes
+// the connection. It is not safe for concurrent use.
+type h1Body struct {
+	pc     *h1Conn
+	t      *h1Client
+	stop   func() bool
+	r      io.Reader // chunked decoder
+	mode   int
+	remain int64
+	keep   bool
+	done   bool
+	err    error
+}
+
+// Read implements io.Reader.
+func (b *h1Body) Read(p []byte) (int, error) {
+	if b.done {
+		if b.err != nil {
+			return 0, b.err
+		}
+		return 0, io.EOF
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	switch b.mode {
+	case bodyLength:
+		if int64(len(p)) > b.remain {
+			p = p[:b.remain]
+		}
+		n, err := b.pc.br.Read(p)
+		b.remain -= int64(n)
+		if b.remain == 0 {
+			b.finish(nil)
+			return n, io.EOF
+		}
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			b.finish(err)
+		}
+		return n, err
+	case bodyChunked:
+		n, err := b.r.Read(p)
+		if err == io.EOF {
+			// The last chunk: read the trailer section to its blank line.
+			if terr := b.skipTrailer(); terr != nil {
+				b.finish(terr)
+				return n, terr
+			}
+			b.finish(nil)
+			return n, io.EOF
+		}
+		if err != nil {
+			b.finish(err)
+		}
+		return n, err
+	case bodyClose:
+		n, err := b.pc.br.Read(p)
+		if err == io.EOF {
+			b.finish(nil)
+		} else if err != nil {
+			b.finish(err)
+		}
+		return n, err
+	}
+	return 0, io.EOF
+}
+
+// skipTrailer reads and discards a chunked message's trailer fields.
+func (b *h1Body) skipTrailer() error {
+	for total := 0; ; {
+		line, err := b.pc.br.ReadSlice('\n')
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		total += len(line)
+		if total > maxResponseHeaderBytes {
+			return errors.New("inferroute router: response trailer too long")
+		}
+		if len(line) <= 2 && (line[0] == '\n' || (line[0] == '\r' && len(line) == 2)) {
+			return nil
+		}
+	}
+}
+
+// finish ends the body: err == nil means it was read to its end.
+func (b *h1Body) finish(err error) {
+	b.done = true
+	b.err = err
+	reuse := err == nil && b.keep && b.mode != bodyClose
+	if b.stop != nil && !b.stop() {
+		reuse = false // the context ended: the connection's deadline is set
+	}
+	if reuse && b.pc.br.Buffered() == 0 {
+		b.t.put(b.pc)
+	} else {
+		_ = b.pc.nc.Close()
+	}
+	b.pc = nil
+}
+
+// Close implements io.Closer: a body not read to its end closes its
+// connection.
+func (b *h1Body) Close() error {
+	if !b.done {
+		b.finish(errBodyClosed)
+	}
+	return nil
+}
+
+var errBodyClosed = errors.New("inferroute router: read on a closed response body")
