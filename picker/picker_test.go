@@ -595,7 +595,11 @@ func TestConcurrentPickWithSwaps(t *testing.T) {
 func TestWatchConfigFileHotReload(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "picker.yaml")
-	write := func(s string) { require.NoError(t, os.WriteFile(path, []byte(s), 0o600)) }
+	write := func(s string) { // atomically, as WatchConfigFile asks
+		tmp := path + ".tmp"
+		require.NoError(t, os.WriteFile(tmp, []byte(s), 0o600))
+		require.NoError(t, os.Rename(tmp, path))
+	}
 	write("scorers: [{name: queue, weight: 1}]\n")
 	// a: short queue, full cache. b: long queue, empty cache.
 	eps := []*signals.Endpoint{ep("a", 0, 0, 0.9), ep("b", 0, 9, 0.0)}
@@ -622,6 +626,14 @@ func TestWatchConfigFileHotReload(t *testing.T) {
 	write("scorers: [{name: kv-cache, weight: -1}]\n")
 	time.Sleep(30 * time.Millisecond)
 	assert.Equal(t, "b", pick())
+	// So does an empty one (a writer that truncates first): it is not an
+	// empty configuration, which would bring back the defaults.
+	write("\n")
+	time.Sleep(30 * time.Millisecond)
+	res, err := p.Pick(ctx, nil)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"kv-cache"}, res.Breakdown.Scorers())
+	res.Done(DoneInfo{})
 	cancel()
 	require.NoError(t, <-errc)
 }

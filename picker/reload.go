@@ -3,6 +3,7 @@ package picker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"time"
@@ -13,6 +14,10 @@ import (
 // file that cannot be read, parsed or compiled is logged and the current
 // configuration stays in force. The first read happens at once, and its
 // error, if any, is returned so a caller can refuse to start on a bad file.
+// An empty file is an error too: a writer that truncates before writing
+// leaves one for a moment. Replace the file by renaming a complete one into
+// place (as Kubernetes does for ConfigMap volumes), so that a half-written
+// file, which may still parse, is never read.
 // After that WatchConfigFile blocks until ctx is done and returns nil: run
 // it in its own goroutine.
 func (p *Picker) WatchConfigFile(ctx context.Context, path string, interval time.Duration) error {
@@ -39,6 +44,9 @@ func (p *Picker) WatchConfigFile(ctx context.Context, path string, interval time
 	}
 }
 
+// errEmptyConfig is the error for a configuration file with nothing in it.
+var errEmptyConfig = errors.New("configuration file is empty")
+
 // loadFile reads path and, if its content differs from last, applies it.
 // It returns the content read.
 func (p *Picker) loadFile(path string, last []byte) ([]byte, error) {
@@ -48,6 +56,11 @@ func (p *Picker) loadFile(path string, last []byte) ([]byte, error) {
 	}
 	if last != nil && bytes.Equal(data, last) {
 		return data, nil
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		// A writer that truncates before writing exposes an empty file for
+		// a moment; applying it would swap in the defaults.
+		return data, errEmptyConfig
 	}
 	cfg, err := ParseConfig(data)
 	if err != nil {
