@@ -212,12 +212,12 @@ func (p *Picker) Pick(ctx context.Context, req *signals.Request) (Result, error)
 	rec.req = req
 	rec.cands = append(rec.cands[:0], eps...)
 	in := &rec.in
-	*in = scorer.Input{Request: req, Endpoints: rec.cands, Now: now}
+	in.Reset(req, rec.cands, now)
 
 	for _, f := range cfg.filters {
 		kept := f.filter.Filter(ctx, in)
 		if len(kept) > 0 {
-			in.Endpoints = kept
+			in.Keep(kept)
 			continue
 		}
 		if cfg.failClosed {
@@ -311,7 +311,7 @@ func (p *Picker) fail(ctx context.Context, now time.Time, e *Error) (Result, err
 // release returns a record that was not handed out.
 func (p *Picker) release(rec *record) {
 	rec.req, rec.cfg, rec.ep = nil, nil, nil
-	rec.in = scorer.Input{}
+	rec.in.Reset(nil, nil, time.Time{})
 	p.records.Put(rec)
 }
 

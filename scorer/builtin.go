@@ -30,8 +30,8 @@ type QueueScorer struct {
 
 // Score implements Scorer.
 func (s *QueueScorer) Score(_ context.Context, in *Input, out []float64) {
-	for i, ep := range in.Endpoints {
-		out[i] = ep.QueueDepth(in.Now, s.HalfLife)
+	for i := range in.Endpoints {
+		out[i] = in.Load(i, s.HalfLife).Waiting
 	}
 	copy(in.Raw, out)
 	InverseMinMax(out)
@@ -87,8 +87,8 @@ type RunningScorer struct {
 
 // Score implements Scorer.
 func (s *RunningScorer) Score(_ context.Context, in *Input, out []float64) {
-	for i, ep := range in.Endpoints {
-		out[i] = ep.RunningRequests(in.Now, s.HalfLife)
+	for i := range in.Endpoints {
+		out[i] = in.Load(i, s.HalfLife).Running
 	}
 	copy(in.Raw, out)
 	InverseMinMax(out)
@@ -105,9 +105,10 @@ type KVCacheScorer struct {
 
 // Score implements Scorer.
 func (s *KVCacheScorer) Score(_ context.Context, in *Input, out []float64) {
-	for i, ep := range in.Endpoints {
-		u, ok := ep.KVCacheUtilization(in.Now, s.HalfLife)
-		if !ok {
+	for i := range in.Endpoints {
+		l := in.Load(i, s.HalfLife)
+		u := l.KV
+		if !l.KVKnown {
 			u = math.NaN()
 		}
 		out[i] = u
@@ -260,15 +261,14 @@ func (f *SaturationFilter) validate() error {
 }
 
 // saturation returns how saturated ep is: ≥ 1 means over a threshold.
-func (f *SaturationFilter) saturation(ep *signals.Endpoint, in *Input) float64 {
+func (f *SaturationFilter) saturation(in *Input, i int) float64 {
+	l := in.Load(i, f.HalfLife)
 	var s float64
-	if f.KVThreshold > 0 {
-		if u, ok := ep.KVCacheUtilization(in.Now, f.HalfLife); ok {
-			s = u / f.KVThreshold
-		}
+	if f.KVThreshold > 0 && l.KVKnown {
+		s = l.KV / f.KVThreshold
 	}
 	if f.QueueThreshold > 0 {
-		s = max(s, ep.QueueDepth(in.Now, f.HalfLife)/f.QueueThreshold)
+		s = max(s, l.Waiting/f.QueueThreshold)
 	}
 	return s
 }
@@ -279,8 +279,8 @@ func (f *SaturationFilter) Filter(_ context.Context, in *Input) []*signals.Endpo
 	var best *signals.Endpoint
 	bestSat := math.Inf(1)
 	n := 0
-	for _, ep := range in.Endpoints {
-		s := f.saturation(ep, in)
+	for i, ep := range in.Endpoints {
+		s := f.saturation(in, i)
 		if s < bestSat || best == nil {
 			best, bestSat = ep, s
 		}

@@ -28,6 +28,17 @@ type TimedEstimator interface {
 	ConfidenceAt(ep *signals.Endpoint, now time.Time) float64
 }
 
+// LoadEstimator is implemented by a signals.LatencyEstimator that predicts
+// from the load the pick already read for a candidate (Input.Load), and
+// returns the prediction and its confidence in one call (latency.Predictor
+// does): per candidate, the estimator's state is looked up once and the
+// endpoint's counters are not read again. The values must be those of
+// TimedEstimator's two calls at the same now. It must be safe for
+// concurrent use and must not block or allocate; load may be nil.
+type LoadEstimator interface {
+	PredictTTFTLoad(req *signals.Request, ep *signals.Endpoint, load *signals.Load, cachedFraction float64, now time.Time) (seconds, confidence float64, ok bool)
+}
+
 // TPOTEstimator is implemented by a signals.LatencyEstimator that also
 // predicts the time per output token (latency.Predictor does). PredictTPOT
 // returns seconds and whether a prediction is available; it must be safe for
@@ -112,10 +123,12 @@ func (p LatencyParams) validate() error {
 // without a prediction scores Neutral. Score is safe for concurrent use
 // and does not allocate.
 type LatencyScorer struct {
-	p     LatencyParams
-	est   signals.LatencyEstimator
-	conf  ConfidenceReporter
-	floor float64
+	p        LatencyParams
+	est      signals.LatencyEstimator
+	loadEst  LoadEstimator
+	conf     ConfidenceReporter
+	floor    float64
+	halfLife time.Duration
 }
 
 // NewLatencyScorer returns a LatencyScorer with parameters p reading
@@ -125,7 +138,8 @@ func NewLatencyScorer(p LatencyParams, env Env) (*LatencyScorer, error) {
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
-	s := &LatencyScorer{p: p, est: env.Estimator, floor: p.FloorMs / 1000}
+	s := &LatencyScorer{p: p, est: env.Estimator, floor: p.FloorMs / 1000, halfLife: env.HalfLife}
+	s.loadEst, _ = env.Estimator.(LoadEstimator)
 	if c, ok := env.Estimator.(ConfidenceReporter); ok && !p.IgnoreConfidence {
 		s.conf = c
 	}
@@ -163,11 +177,15 @@ func (s *LatencyScorer) Score(_ context.Context, in *Input, out []float64) {
 	timed, _ := s.est.(TimedEstimator)
 	for i := 0; i < n; i++ {
 		ep := in.Endpoints[i]
-		var v float64
-		var ok bool
-		if timed != nil {
+		var v, c float64
+		var ok, haveC bool
+		switch {
+		case s.loadEst != nil:
+			v, c, ok = s.loadEst.PredictTTFTLoad(in.Request, ep, in.Load(i, s.halfLife), latencyCached(in, i), in.Now)
+			haveC = true
+		case timed != nil:
 			v, ok = timed.PredictTTFTAt(in.Request, ep, latencyCached(in, i), in.Now)
-		} else {
+		default:
 			v, ok = s.est.PredictTTFT(in.Request, ep, latencyCached(in, i))
 		}
 		if !ok || unknown(v) || v < 0 {
@@ -182,10 +200,12 @@ func (s *LatencyScorer) Score(_ context.Context, in *Input, out []float64) {
 			out[i] = v
 			continue
 		}
-		var c float64
-		if timed != nil {
+		switch {
+		case haveC:
+			c = Clamp01(c)
+		case timed != nil:
 			c = Clamp01(timed.ConfidenceAt(ep, in.Now))
-		} else {
+		default:
 			c = Clamp01(s.conf.Confidence(ep))
 		}
 		if c > 0 {

@@ -111,10 +111,14 @@ func bounds(vals []float64) (lo, hi float64, ok bool) {
 			continue
 		}
 		ok = true
-		lo = min(lo, v)
-		hi = max(hi, v)
+		if v < lo {
+			lo = v
+		}
+		if v > hi {
+			hi = v
+		}
 	}
 	return lo, hi, ok
 }
 
-func unknown(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
+func unknown(v float64) bool { return v-v != 0 } // NaN - NaN and ±Inf - ±Inf are NaN

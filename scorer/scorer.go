@@ -27,6 +27,79 @@ type Input struct {
 	// value behind Endpoints[i]'s score (a queue length, a predicted TTFT in
 	// seconds) for the pick's breakdown. Entries left alone read as NaN.
 	Raw []float64
+
+	// pick numbers the pick the memo entries belong to (Reset increments
+	// it), so that a reused Input never serves a previous pick's loads.
+	pick  uint64
+	loads []loadMemo
+}
+
+// loadMemo is one candidate's memoised Load.
+type loadMemo struct {
+	ep   *signals.Endpoint
+	pick uint64
+	load signals.Load
+}
+
+// Reset prepares in for a new pick of req over eps at now, keeping its
+// internal buffers so that a pooled Input does not allocate; Cached and Raw
+// are cleared. Loads memoised for an earlier pick are never returned again.
+func (in *Input) Reset(req *signals.Request, eps []*signals.Endpoint, now time.Time) {
+	in.Request, in.Endpoints, in.Now = req, eps, now
+	in.Cached, in.Raw = nil, nil
+	in.pick++
+}
+
+// Load returns candidate in.Endpoints[i]'s load at in.Now corrected with
+// halfLife (signals.Endpoint.LoadAt). The first call for a candidate reads
+// it; later calls in the same pick with the same half-life return the same
+// values, so every filter and scorer of a pick sees one consistent reading
+// and none recomputes it. The result points into in and is valid until the
+// next Reset; callers must not modify it. Load does not allocate once in has
+// held as many candidates before.
+//
+// An Input that was never Reset (one a test or a caller built by hand)
+// memoises nothing: every call reads afresh. The memo follows the endpoint,
+// not only the index: a filter that moves
+// candidates (or a caller that edits in.Endpoints) gets a fresh reading for
+// a moved candidate unless Keep carried its memo along.
+func (in *Input) Load(i int, halfLife time.Duration) *signals.Load {
+	ep := in.Endpoints[i]
+	if i >= len(in.loads) {
+		n := max(len(in.Endpoints), i+1)
+		if n > cap(in.loads) {
+			in.loads = append(in.loads[:cap(in.loads)], make([]loadMemo, n-cap(in.loads))...)
+		}
+		in.loads = in.loads[:n]
+	}
+	m := &in.loads[i]
+	if in.pick == 0 || m.ep != ep || m.pick != in.pick || m.load.HalfLife != halfLife {
+		m.ep, m.pick = ep, in.pick
+		ep.ReadLoad(&m.load, in.Now, halfLife)
+	}
+	return &m.load
+}
+
+// Keep makes kept the candidates, where kept is what a filter returned: a
+// sub-slice of in.Endpoints holding some of its endpoints in their original
+// order. The loads already read for the kept candidates move along with
+// them. A kept slice in any other order is valid too; loads that cannot be
+// matched are read again when asked for.
+func (in *Input) Keep(kept []*signals.Endpoint) {
+	in.Endpoints = kept
+	k := 0
+	for j, ep := range kept {
+		for k < len(in.loads) && in.loads[k].ep != ep {
+			k++
+		}
+		if k == len(in.loads) {
+			return
+		}
+		if k != j {
+			in.loads[j] = in.loads[k]
+		}
+		k++
+	}
 }
 
 // Filter removes the endpoints that cannot serve a request.

@@ -266,16 +266,22 @@ func (ep *Endpoint) KVCacheUtilization(now time.Time, halfLife time.Duration) (f
 	if m == nil || !m.KVCacheUtilization.Known {
 		return 0, false
 	}
+	return ep.kvAt(m, m.confidence(now.UnixNano(), halfLife)), true
+}
+
+// kvAt is KVCacheUtilization for a snapshot m whose utilisation is known,
+// at scrape confidence conf.
+func (ep *Endpoint) kvAt(m *Metrics, conf float64) float64 {
 	u := clamp01(m.KVCacheUtilization.Value)
 	capTokens := float64(m.CapacityTokens())
 	if capTokens <= 0 {
-		return u, true
+		return u
 	}
 	dt := float64(ep.dispatchedTokens.Load()) - float64(m.Baseline.DispatchedTokens)
 	ct := float64(ep.completedTokens.Load()) - float64(m.Baseline.CompletedTokens)
 	scraped := clamp01(u + (dt-ct)/capTokens)
 	local := clamp01(float64(ep.InFlightTokens()) / capTokens)
-	return blend(scraped, local, m.confidence(now.UnixNano(), halfLife)), true
+	return blend(scraped, local, conf)
 }
 
 // Residency says how ready an endpoint is to serve a LoRA adapter.

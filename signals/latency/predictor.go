@@ -356,6 +356,31 @@ func (p *Predictor) PredictTTFTAt(req *signals.Request, ep *signals.Endpoint, ca
 	return clampSeconds(dot(&theta, &x, ttftDim)), true
 }
 
+// PredictTTFTLoad is PredictTTFTAt and ConfidenceAt in one call, for a
+// picker that has already read the candidate's load for the pick
+// (signals.Endpoint.LoadAt): the endpoint's model state is looked up once,
+// and the queue, running batch and KV use come from load instead of being
+// read again, when load was corrected with the predictor's own half-life
+// (Config.HalfLife; otherwise they are read from ep as PredictTTFTAt does,
+// so the result never depends on another component's staleness setting).
+// The values are those of the two calls it replaces. It does not block and
+// does not allocate after the endpoint's first sight.
+func (p *Predictor) PredictTTFTLoad(req *signals.Request, ep *signals.Endpoint, load *signals.Load, cachedFraction float64, now time.Time) (seconds, confidence float64, ok bool) {
+	if req == nil || ep == nil {
+		return 0, 0, false
+	}
+	st := p.state(ep)
+	u := uncached(req.PromptTokens, cachedFraction)
+	var x, theta [maxDim]float64
+	if load != nil && load.HalfLife == p.cfg.HalfLife {
+		p.loadFeatures(&x, req, ep, st, u, load, now)
+	} else {
+		p.liveFeatures(&x, req, ep, st, u, now)
+	}
+	p.ttftTheta(st, &theta)
+	return clampSeconds(dot(&theta, &x, ttftDim)), p.confidence(st, now), true
+}
+
 // PredictTPOT returns the predicted mean time per output token of req on
 // ep, in seconds, with the same guarantees as PredictTTFT.
 func (p *Predictor) PredictTPOT(req *signals.Request, ep *signals.Endpoint) (float64, bool) {
@@ -388,7 +413,11 @@ func (p *Predictor) ConfidenceAt(ep *signals.Endpoint, now time.Time) float64 {
 	if ep == nil {
 		return 0
 	}
-	st := p.state(ep)
+	return p.confidence(p.state(ep), now)
+}
+
+// confidence is ConfidenceAt for the endpoint state st.
+func (p *Predictor) confidence(st *epState, now time.Time) float64 {
 	c := min(st.n.Load()/p.cfg.FullConfidenceSamples, 1)
 	if c > 0 && p.cfg.ConfidenceHalfLife > 0 {
 		age := now.UnixNano() - st.lastSample.Load()
@@ -424,6 +453,23 @@ func (p *Predictor) liveFeatures(x *[maxDim]float64, req *signals.Request, ep *s
 	x[fQueued] = bound(q, maxQueuedTokens) / 1000
 	x[fRunning] = bound(ep.RunningRequests(now, p.cfg.HalfLife), maxRunning)
 	x[fKV] = kvUtil(ep, now, p.cfg.HalfLife)
+	if req.Adapter != "" && ep.LoRAResidency(req.Adapter, now) < signals.ResidencyWaiting {
+		x[fLoRA] = 1
+	}
+}
+
+// loadFeatures is liveFeatures from a load read with the predictor's
+// half-life.
+func (p *Predictor) loadFeatures(x *[maxDim]float64, req *signals.Request, ep *signals.Endpoint, st *epState, u float64, l *signals.Load, now time.Time) {
+	avg := p.meanPrompt(st, u)
+	q := float64(l.InFlightTokens) + bound(l.Waiting, maxRunning)*avg
+	x[fConst] = 1
+	x[fUncached] = u / 1000
+	x[fQueued] = bound(q, maxQueuedTokens) / 1000
+	x[fRunning] = bound(l.Running, maxRunning)
+	if l.KVKnown {
+		x[fKV] = bound(l.KV, 1)
+	}
 	if req.Adapter != "" && ep.LoRAResidency(req.Adapter, now) < signals.ResidencyWaiting {
 		x[fLoRA] = 1
 	}
