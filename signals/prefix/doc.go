@@ -23,7 +23,10 @@
 // restarts or goes down (signals.Endpoint.Generation, checked lazily) or
 // leaves the pool (Index.Retain or Index.Forget, called by whoever owns the
 // pool). Each endpoint has a block capacity taken from its scraped KV-cache
-// size, with LRU eviction per endpoint (github.com/hashicorp/golang-lru/v2).
+// size, with LRU eviction per endpoint. The index keeps one entry per
+// (block, endpoint) pair, millions of them, in open-addressing tables of
+// 16-byte slots of its own (about 50 bytes per entry, where the
+// github.com/hashicorp/golang-lru/v2 LRU of the first version took 155).
 // Match resolves every candidate's prefix by bisection over the prompt's
 // indexed blocks, so its cost grows with the logarithm of the prompt and
 // linearly with the candidates, never with their product, and it does not

@@ -1,0 +1,285 @@
+package prefix
+
+import "math/bits"
+
+// Memory-tight tables of the index. The index keeps one entry per (block,
+// endpoint) pair, millions of them, so both of its tables are open-addressing
+// arrays of fixed 16-byte slots (linear probing, backward-shift deletion;
+// Knuth, The Art of Computer Programming vol. 3, §6.4, Algorithm R) rather
+// than Go maps of pointers:
+//
+//   - lruTable, one per endpoint: the block hashes the endpoint holds, each
+//     slot also a node of the endpoint's LRU list, linked by 32-bit slot
+//     numbers, so the set and its recency order share one array;
+//   - blockTable, one per index: block hash → the set of endpoints holding
+//     it (holder sets, see index.go), sharded so that growing it never
+//     rehashes more than a small part at once.
+//
+// A slot's home is computed by Lemire's multiply-shift range reduction
+// ("Fast random integer generation in an interval", ACM TOMACS 2019) of the
+// mixed hash, so a table may have any size and grows by a quarter at a time:
+// with a maximum load of 3/4 its load stays between 3/5 and 3/4, about 24
+// bytes per entry, where doubling would let it fall to 3/8 (43 bytes).
+
+const (
+	// maxLoadNum/maxLoadDen is the highest load a table reaches before it
+	// grows.
+	maxLoadNum = 3
+	maxLoadDen = 4
+	// minSlots is the size of a table's first allocation.
+	minSlots = 16
+	// slotBytes is the size of a slot of either table.
+	slotBytes = 16
+)
+
+// slotsFor returns the smallest table size that holds n entries within the
+// maximum load.
+func slotsFor(n int) int { return max((n*maxLoadDen+maxLoadNum-1)/maxLoadNum, minSlots) }
+
+// grownSlots returns the size a table of size slots grows to so that it
+// holds need entries: a quarter more, at least enough, at most enough for
+// limit entries (limit ≤ 0: no limit).
+func grownSlots(slots, need, limit int) int {
+	s := max(slots+slots/4, slotsFor(need))
+	if limit > 0 {
+		s = min(s, max(slotsFor(limit), slotsFor(need)))
+	}
+	return s
+}
+
+// mix scrambles a block hash so that tables stay balanced even for keys
+// that are not uniformly distributed (the final mixer of SplitMix64,
+// Steele, Lea and Flood, "Fast splittable pseudorandom number generators",
+// OOPSLA 2014). Block hashes from a Hasher are already uniform; callers of
+// the index may pass any uint64 values.
+func mix(h uint64) uint64 {
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	return h ^ h>>31
+}
+
+// reduce maps a mixed hash uniformly onto [0, n) (Lemire's range
+// reduction: the high word of m·n).
+func reduce(m uint64, n int) int {
+	hi, _ := bits.Mul64(m, uint64(n))
+	return int(hi)
+}
+
+// Link words of an lruNode: a neighbour's slot number plus one (0: none) in
+// the low 31 bits, and a flag in the top bit.
+const (
+	linkMask = 1<<31 - 1
+	flagBit  = 1 << 31
+)
+
+// lruNode is a slot of an lruTable: a block hash and its two neighbours in
+// the recency list. The top bit of prev marks the slot as used, the top bit
+// of next marks the entry as confirmed (a request using it completed), so a
+// node is 16 bytes.
+type lruNode struct {
+	h    uint64
+	prev uint32 // more recently used neighbour + 1; flagBit: slot in use
+	next uint32 // less recently used neighbour + 1; flagBit: confirmed
+}
+
+func (n *lruNode) used() bool      { return n.prev&flagBit != 0 }
+func (n *lruNode) confirmed() bool { return n.next&flagBit != 0 }
+func (n *lruNode) prevLink() int   { return int(n.prev & linkMask) }
+func (n *lruNode) nextLink() int   { return int(n.next & linkMask) }
+func (n *lruNode) setPrev(l int)   { n.prev = n.prev&flagBit | uint32(l) }
+func (n *lruNode) setNext(l int)   { n.next = n.next&flagBit | uint32(l) }
+
+// lruTable is a set of block hashes in least-recently-used order: an
+// open-addressing hash table whose used slots are also the nodes of a
+// doubly linked recency list. The zero value is an empty table. It does
+// not enforce a capacity; its owner evicts Oldest before inserting when
+// full. Not safe for concurrent use.
+type lruTable struct {
+	nodes []lruNode
+	n     int // used slots
+	head  int // most recently used slot + 1, 0 when empty
+	tail  int // least recently used slot + 1, 0 when empty
+}
+
+// Len returns the number of entries.
+func (t *lruTable) Len() int { return t.n }
+
+// Bytes returns the memory held by the table's slots.
+func (t *lruTable) Bytes() int64 { return int64(cap(t.nodes)) * slotBytes }
+
+// Find returns the slot holding h, or -1.
+func (t *lruTable) Find(h uint64) int {
+	if t.n == 0 {
+		return -1
+	}
+	size := len(t.nodes)
+	for i := reduce(mix(h), size); ; {
+		nd := &t.nodes[i]
+		if !nd.used() {
+			return -1
+		}
+		if nd.h == h {
+			return i
+		}
+		if i++; i == size {
+			i = 0
+		}
+	}
+}
+
+// Confirmed reports whether the entry in slot i is confirmed.
+func (t *lruTable) Confirmed(i int) bool { return t.nodes[i].confirmed() }
+
+// Confirm marks the entry in slot i confirmed.
+func (t *lruTable) Confirm(i int) { t.nodes[i].next |= flagBit }
+
+// Hash returns the block hash in slot i.
+func (t *lruTable) Hash(i int) uint64 { return t.nodes[i].h }
+
+// Oldest returns the slot of the least recently used entry, or -1 when the
+// table is empty.
+func (t *lruTable) Oldest() int { return t.tail - 1 }
+
+// Touch makes the entry in slot i the most recently used.
+func (t *lruTable) Touch(i int) {
+	if t.head == i+1 {
+		return
+	}
+	t.unlink(i)
+	t.pushFront(i)
+}
+
+// Insert adds h, which must not be in the table, as the most recently used
+// entry, growing the table when it is full; limit, when positive, is the
+// most entries the table will ever be asked to hold, so that growth does
+// not overshoot it.
+func (t *lruTable) Insert(h uint64, confirmed bool, limit int) {
+	if (t.n+1)*maxLoadDen > len(t.nodes)*maxLoadNum {
+		t.rehash(grownSlots(len(t.nodes), t.n+1, limit))
+	}
+	i := t.place(h)
+	if confirmed {
+		t.nodes[i].next = flagBit
+	}
+	t.pushFront(i)
+	t.n++
+}
+
+// Remove deletes the entry in slot i. Other entries may move to other
+// slots: slot numbers are valid only until the next Insert or Remove.
+func (t *lruTable) Remove(i int) {
+	t.unlink(i)
+	t.nodes[i] = lruNode{}
+	t.n--
+	// Backward-shift deletion: move later members of the probe run into the
+	// hole when their home allows it, so lookups never need tombstones.
+	size := len(t.nodes)
+	for j := i; ; {
+		if j++; j == size {
+			j = 0
+		}
+		nd := &t.nodes[j]
+		if !nd.used() {
+			return
+		}
+		home := reduce(mix(nd.h), size)
+		// nd may fill the hole at i when i lies cyclically in [home, j).
+		if (j-home+size)%size >= (j-i+size)%size {
+			t.move(j, i)
+			i = j
+		}
+	}
+}
+
+// Shrink reallocates the table to fit its entries when it is much larger
+// than they need, after a capacity decrease.
+func (t *lruTable) Shrink() {
+	if want := slotsFor(t.n + t.n/4); len(t.nodes) > 2*want {
+		t.rehash(want)
+	}
+}
+
+// Each calls f for every entry's hash, most recently used first.
+func (t *lruTable) Each(f func(h uint64)) {
+	for l := t.head; l != 0; l = t.nodes[l-1].nextLink() {
+		f(t.nodes[l-1].h)
+	}
+}
+
+// Reset empties the table and releases its slots.
+func (t *lruTable) Reset() { *t = lruTable{} }
+
+// place puts h into a free slot of its probe run, unlinked and unconfirmed,
+// and returns the slot. The table must have a free slot.
+func (t *lruTable) place(h uint64) int {
+	size := len(t.nodes)
+	i := reduce(mix(h), size)
+	for t.nodes[i].used() {
+		if i++; i == size {
+			i = 0
+		}
+	}
+	t.nodes[i] = lruNode{h: h, prev: flagBit}
+	return i
+}
+
+func (t *lruTable) pushFront(i int) {
+	nd := &t.nodes[i]
+	nd.setPrev(0)
+	nd.setNext(t.head)
+	if t.head != 0 {
+		t.nodes[t.head-1].setPrev(i + 1)
+	} else {
+		t.tail = i + 1
+	}
+	t.head = i + 1
+}
+
+func (t *lruTable) unlink(i int) {
+	nd := &t.nodes[i]
+	p, n := nd.prevLink(), nd.nextLink()
+	if p != 0 {
+		t.nodes[p-1].setNext(n)
+	} else {
+		t.head = n
+	}
+	if n != 0 {
+		t.nodes[n-1].setPrev(p)
+	} else {
+		t.tail = p
+	}
+}
+
+// move relocates the node in slot from to the free slot to, keeping its
+// place in the list.
+func (t *lruTable) move(from, to int) {
+	t.nodes[to] = t.nodes[from]
+	t.nodes[from] = lruNode{}
+	nd := &t.nodes[to]
+	if p := nd.prevLink(); p != 0 {
+		t.nodes[p-1].setNext(to + 1)
+	} else {
+		t.head = to + 1
+	}
+	if n := nd.nextLink(); n != 0 {
+		t.nodes[n-1].setPrev(to + 1)
+	} else {
+		t.tail = to + 1
+	}
+}
+
+// rehash moves every entry into a new array of size slots, keeping the
+// recency order and the confirmed marks.
+func (t *lruTable) rehash(size int) {
+	old := *t
+	*t = lruTable{nodes: make([]lruNode, size)}
+	for l := old.tail; l != 0; l = old.nodes[l-1].prevLink() {
+		o := &old.nodes[l-1]
+		i := t.place(o.h)
+		t.nodes[i].next = o.next & flagBit
+		t.pushFront(i)
+		t.n++
+	}
+}
