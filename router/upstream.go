@@ -82,6 +82,7 @@ type h1Conn struct {
 	nc        net.Conn
 	br        *bufio.Reader
 	wbuf      []byte
+	iov       [2][]byte
 	bufs      net.Buffers
 	raw       []byte
 	idleSince time.Time
@@ -236,9 +237,11 @@ func (pc *h1Conn) exchange(t *h1Client, ctx context.Context, req *h1Request) (*h
 		b = append(b, req.body...)
 		_, err = pc.nc.Write(b)
 	} else {
-		pc.bufs = append(pc.bufs[:0], b, req.body)
+		// One writev of the head and the body, which stays where it is.
+		pc.iov = [2][]byte{b, req.body}
+		pc.bufs = pc.iov[:]
 		_, err = pc.bufs.WriteTo(pc.nc)
-		clear(pc.bufs[:2])
+		pc.iov = [2][]byte{}
 	}
 	if cap(b) <= 64<<10 {
 		pc.wbuf = b[:0]
@@ -300,7 +303,7 @@ func appendRequestHead(b []byte, req *h1Request) ([]byte, error) {
 		}
 		for _, v := range vs {
 			if !validFieldValue(v) {
-				return b, fmt.Errorf("inferroute router: invalid value of header field %q", k)
+				return b, fmt.Errorf("inferroute router: invalid header field value of %q", k)
 			}
 			b = append(b, k...)
 			b = append(b, ": "...)

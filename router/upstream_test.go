@@ -1,0 +1,509 @@
+package router
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// rawServer is a TCP server that reads HTTP/1.1 requests with net/http's
+// parser and answers each with a scripted raw response, so that the
+// client's framing can be checked byte for byte.
+type rawServer struct {
+	ln    net.Listener
+	conns atomic.Int32
+
+	mu   sync.Mutex
+	open []net.Conn
+	reqs []*http.Request
+	body []string
+
+	// respond returns the raw response to the n-th request (from 0) and
+	// whether to close the connection after writing it.
+	respond func(n int, r *http.Request) (raw string, closeAfter bool)
+	wg      sync.WaitGroup
+}
+
+func newRawServer(t *testing.T, respond func(n int, r *http.Request) (string, bool)) *rawServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s := &rawServer{ln: ln, respond: respond}
+	s.wg.Add(1)
+	go s.serve()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		s.mu.Lock()
+		for _, c := range s.open {
+			_ = c.Close()
+		}
+		s.mu.Unlock()
+		s.wg.Wait()
+	})
+	return s
+}
+
+func (s *rawServer) addr() string { return s.ln.Addr().String() }
+
+func (s *rawServer) serve() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.conns.Add(1)
+		s.mu.Lock()
+		s.open = append(s.open, c)
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go s.handle(c)
+	}
+}
+
+func (s *rawServer) handle(c net.Conn) {
+	defer s.wg.Done()
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for {
+		r, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		n := len(s.reqs)
+		s.reqs = append(s.reqs, r)
+		s.body = append(s.body, string(b))
+		s.mu.Unlock()
+		raw, closeAfter := s.respond(n, r)
+		if raw == "" {
+			// No answer: wait for the client to go away.
+			_, _ = io.Copy(io.Discard, br)
+			return
+		}
+		if _, err := io.WriteString(c, raw); err != nil || closeAfter {
+			return
+		}
+	}
+}
+
+func (s *rawServer) request(i int) (*http.Request, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reqs[i], s.body[i]
+}
+
+func postTo(addr, body string) *h1Request {
+	return &h1Request{
+		method: http.MethodPost, addr: addr, path: "/v1/chat/completions",
+		header: http.Header{"Content-Type": {"application/json"}}, body: []byte(body), sendLength: true,
+	}
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	return string(b)
+}
+
+func TestH1ClientFraming(t *testing.T) {
+	tests := []struct {
+		name      string
+		method    string
+		raw       string
+		status    int
+		body      string
+		length    int64
+		header    http.Header // expected subset of the response header
+		absent    []string    // header keys that must not be there
+		reuse     bool        // a second request reuses the connection
+		chunkedTE bool
+		close     bool // the server closes the connection after the response
+	}{
+		{
+			name:   "content-length",
+			raw:    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"ok\":true}",
+			status: 200, body: `{"ok":true}`, length: 11,
+			header: http.Header{"Content-Type": {"application/json"}}, reuse: true,
+		},
+		{
+			name:   "chunked with trailer",
+			raw:    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n6\r\ndata: \r\n5\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\n",
+			status: 200, body: "data: hello", length: -1, reuse: true, chunkedTE: true,
+		},
+		{
+			name:   "until close",
+			raw:    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end",
+			status: 200, body: "until the end", length: -1, reuse: false, close: true,
+		},
+		{
+			name:   "connection close",
+			raw:    "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
+			status: 200, body: "ok", length: 2, reuse: false,
+		},
+		{
+			name:   "http/1.0 without keep-alive",
+			raw:    "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
+			status: 200, body: "ok", length: 2, reuse: false,
+		},
+		{
+			name:   "http/1.0 keep-alive",
+			raw:    "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok",
+			status: 200, body: "ok", length: 2, reuse: true,
+		},
+		{
+			name:   "interim 100 continue",
+			raw:    "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 3\r\n\r\nyes",
+			status: 201, body: "yes", length: 3, reuse: true,
+		},
+		{
+			name:   "no content",
+			raw:    "HTTP/1.1 204 No Content\r\nX-A: b\r\n\r\n",
+			status: 204, body: "", length: 0, header: http.Header{"X-A": {"b"}}, reuse: true,
+		},
+		{
+			name:   "head has no body",
+			method: http.MethodHead,
+			raw:    "HTTP/1.1 200 OK\r\nContent-Length: 1234\r\n\r\n",
+			status: 200, body: "", length: -1, reuse: true,
+		},
+		{
+			name: "lower-case keys, repeated fields, folding, bare LF",
+			raw: "HTTP/1.1 200 OK\ncontent-type: application/json\nx-request-id: abc\nset-cookie: a=1\nset-cookie: b=2\n" +
+				"x-folded: one\n  two\ncontent-length: 2\n\nok",
+			status: 200, body: "ok", length: 2, reuse: true,
+			header: http.Header{
+				"Content-Type": {"application/json"}, "X-Request-Id": {"abc"},
+				"Set-Cookie": {"a=1", "b=2"}, "X-Folded": {"one two"},
+			},
+		},
+		{
+			name:   "transfer-encoding overrides content-length",
+			raw:    "HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+			status: 200, body: "ok", length: -1, absent: []string{"Content-Length"}, reuse: false, chunkedTE: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newRawServer(t, func(int, *http.Request) (string, bool) { return tt.raw, tt.close })
+			cl := newH1Client()
+			for i := range 2 {
+				req := postTo(s.addr(), `{"model":"m"}`)
+				if tt.method != "" {
+					req.method, req.body, req.sendLength = tt.method, nil, false
+				}
+				resp, err := cl.do(context.Background(), req)
+				require.NoError(t, err, "request %d", i)
+				assert.Equal(t, tt.status, resp.StatusCode)
+				assert.Equal(t, tt.length, resp.ContentLength)
+				for k, v := range tt.header {
+					assert.Equal(t, v, resp.Header[k], k)
+				}
+				for _, k := range tt.absent {
+					assert.NotContains(t, resp.Header, k)
+				}
+				if tt.chunkedTE {
+					assert.Equal(t, []string{"chunked"}, resp.TransferEncoding)
+				}
+				assert.Equal(t, tt.body, readAll(t, resp))
+			}
+			want := int32(2)
+			if tt.reuse {
+				want = 1
+			}
+			assert.Equal(t, want, s.conns.Load(), "connections opened for two requests")
+		})
+	}
+}
+
+func TestH1ClientMalformedResponses(t *testing.T) {
+	tests := []struct {
+		name, raw, err string
+	}{
+		{"not http", "SSH-2.0-OpenSSH\r\n\r\n", "malformed status line"},
+		{"http/2 preface", "HTTP/2 200\r\n\r\n", "unsupported protocol"},
+		{"bad code", "HTTP/1.1 2000 OK\r\n\r\n", "malformed status code"},
+		{"bad header line", "HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "malformed response header line"},
+		{"bad content-length", "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "malformed Content-Length"},
+		{"conflicting content-length", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", "conflicting Content-Length"},
+		{"cut in the headers", "HTTP/1.1 200 OK\r\nContent-", "unexpected EOF"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newRawServer(t, func(int, *http.Request) (string, bool) { return tt.raw, true })
+			_, err := newH1Client().do(context.Background(), postTo(s.addr(), "{}"))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.err)
+		})
+	}
+}
+
+func TestH1ClientTruncatedBodies(t *testing.T) {
+	tests := []struct {
+		name, raw string
+	}{
+		{"content-length", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort"},
+		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newRawServer(t, func(int, *http.Request) (string, bool) { return tt.raw, true })
+			resp, err := newH1Client().do(context.Background(), postTo(s.addr(), "{}"))
+			require.NoError(t, err)
+			_, err = io.ReadAll(resp.Body)
+			assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
+			require.NoError(t, resp.Body.Close())
+		})
+	}
+}
+
+func TestH1ClientWritesRequest(t *testing.T) {
+	s := newRawServer(t, func(int, *http.Request) (string, bool) {
+		return "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false
+	})
+	cl := newH1Client()
+	big := strings.Repeat("x", 100<<10) // past the single-write size: written with writev
+	tests := []struct {
+		name string
+		req  h1Request
+	}{
+		{"small post", h1Request{method: http.MethodPost, path: "/v1/completions", query: "a=1&b=%20",
+			header: http.Header{"Content-Type": {"application/json"}, "X-Multi": {"1", "2"}}, body: []byte(`{"model":"m"}`), sendLength: true}},
+		{"large post", h1Request{method: http.MethodPost, path: "/v1/chat/completions",
+			header: http.Header{"Content-Type": {"application/json"}}, body: []byte(big), sendLength: true}},
+		{"empty post", h1Request{method: http.MethodPost, path: "/v1/x", header: http.Header{}, sendLength: true}},
+		{"get", h1Request{method: http.MethodGet, path: "", header: http.Header{}}},
+		{"endpoint header replaces the client's", h1Request{method: http.MethodPost, path: "/v1/x",
+			header: http.Header{http.CanonicalHeaderKey(HeaderDestination): {"10.0.0.1:1"}}, extraKey: http.CanonicalHeaderKey(HeaderDestination),
+			extraValue: "127.0.0.1:2", body: []byte("{}"), sendLength: true}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := tt.req
+			req.addr = s.addr()
+			resp, err := cl.do(context.Background(), &req)
+			require.NoError(t, err)
+			readAll(t, resp)
+			got, body := s.request(i)
+			assert.Equal(t, req.method, got.Method)
+			wantURI := req.path
+			if wantURI == "" {
+				wantURI = "/"
+			}
+			if req.query != "" {
+				wantURI += "?" + req.query
+			}
+			assert.Equal(t, wantURI, got.RequestURI)
+			assert.Equal(t, s.addr(), got.Host)
+			assert.Equal(t, string(req.body), body)
+			if req.sendLength || len(req.body) > 0 {
+				assert.Equal(t, int64(len(req.body)), got.ContentLength)
+			} else {
+				assert.Empty(t, got.Header.Get("Content-Length"))
+			}
+			for k, v := range req.header {
+				if k == req.extraKey {
+					continue
+				}
+				assert.Equal(t, v, got.Header[k], k)
+			}
+			if req.extraKey != "" {
+				assert.Equal(t, []string{req.extraValue}, got.Header[req.extraKey])
+			}
+		})
+	}
+	assert.Equal(t, int32(1), s.conns.Load(), "one keep-alive connection for every request")
+}
+
+func TestH1ClientRejectsInvalidHeaders(t *testing.T) {
+	tests := []struct {
+		name   string
+		header http.Header
+	}{
+		{"CRLF in a value", http.Header{"X-A": {"a\r\nX-Injected: 1"}}},
+		{"NUL in a value", http.Header{"X-A": {"a\x00"}}},
+		{"space in a name", http.Header{"X A": {"a"}}},
+		{"empty name", http.Header{"": {"a"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newRawServer(t, func(int, *http.Request) (string, bool) {
+				return "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false
+			})
+			req := postTo(s.addr(), "{}")
+			req.header = tt.header
+			_, err := newH1Client().do(context.Background(), req)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "invalid header field")
+		})
+	}
+}
+
+func TestH1ClientRetriesStaleConnection(t *testing.T) {
+	// The server answers once per connection and closes it without saying
+	// so, like a server whose keep-alive timeout passed while the
+	// connection sat idle in the pool.
+	s := newRawServer(t, func(int, *http.Request) (string, bool) {
+		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true
+	})
+	cl := newH1Client()
+	for i := range 3 {
+		resp, err := cl.do(context.Background(), postTo(s.addr(), "{}"))
+		require.NoError(t, err, "request %d", i)
+		assert.Equal(t, "ok", readAll(t, resp))
+	}
+	assert.Equal(t, int32(3), s.conns.Load())
+}
+
+func TestH1ClientNoRetryOnFreshConnection(t *testing.T) {
+	// Close the listener's connections as soon as they are accepted: a new
+	// connection that fails is an error, not a retry.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	_, err = newH1Client().do(context.Background(), postTo(ln.Addr().String(), "{}"))
+	require.Error(t, err)
+	assert.ErrorIs(t, err, errNoResponse)
+}
+
+func TestH1ClientCancel(t *testing.T) {
+	got := make(chan struct{})
+	s := newRawServer(t, func(int, *http.Request) (string, bool) {
+		close(got)
+		return "", false // never answers
+	})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cause := ErrUpstreamTimeout
+	go func() {
+		<-got
+		cancel(cause)
+	}()
+	_, err := newH1Client().do(ctx, postTo(s.addr(), "{}"))
+	assert.ErrorIs(t, err, cause)
+}
+
+func TestH1ClientCancelDuringBody(t *testing.T) {
+	// The response starts, then stalls: cancelling the context ends the
+	// body read and the connection is not pooled.
+	s := newRawServer(t, func(int, *http.Request) (string, bool) {
+		return "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial", false
+	})
+	cl := newH1Client()
+	ctx, cancel := context.WithCancel(context.Background())
+	resp, err := cl.do(ctx, postTo(s.addr(), "{}"))
+	require.NoError(t, err)
+	buf := make([]byte, 7)
+	_, err = io.ReadFull(resp.Body, buf)
+	require.NoError(t, err)
+	cancel()
+	_, err = io.ReadAll(resp.Body)
+	require.Error(t, err)
+	require.NoError(t, resp.Body.Close())
+	h := cl.host(s.addr())
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	assert.Empty(t, h.idle)
+}
+
+func TestH1ClientEarlyCloseDropsConnection(t *testing.T) {
+	s := newRawServer(t, func(int, *http.Request) (string, bool) {
+		return "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", false
+	})
+	cl := newH1Client()
+	for range 2 {
+		resp, err := cl.do(context.Background(), postTo(s.addr(), "{}"))
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close()) // unread: the connection cannot be reused
+	}
+	assert.Equal(t, int32(2), s.conns.Load())
+}
+
+func TestH1ClientIdlePool(t *testing.T) {
+	s := newRawServer(t, func(int, *http.Request) (string, bool) {
+		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false
+	})
+	cl := newH1Client()
+	cl.maxIdle = 2
+	ctx := context.Background()
+	// Three responses in flight at once need three connections; the pool
+	// keeps two of them once they are read.
+	var resps []*http.Response
+	for range 3 {
+		resp, err := cl.do(ctx, postTo(s.addr(), "{}"))
+		require.NoError(t, err)
+		resps = append(resps, resp)
+	}
+	for _, r := range resps {
+		assert.Equal(t, "ok", readAll(t, r))
+	}
+	assert.Equal(t, int32(3), s.conns.Load())
+	h := cl.host(s.addr())
+	h.mu.Lock()
+	assert.Len(t, h.idle, 2)
+	// Age the bottom connection past the idle timeout: expire closes it
+	// and keeps the other.
+	h.idle[0].idleSince = time.Now().Add(-2 * cl.idleTimeout)
+	h.mu.Unlock()
+	cl.expire(h)
+	h.mu.Lock()
+	assert.Len(t, h.idle, 1)
+	// A connection past its idle time is not handed out again.
+	h.idle[0].idleSince = time.Now().Add(-2 * cl.idleTimeout)
+	h.mu.Unlock()
+	resp, err := cl.do(ctx, postTo(s.addr(), "{}"))
+	require.NoError(t, err)
+	readAll(t, resp)
+	assert.Equal(t, int32(4), s.conns.Load())
+}
+
+func TestCanonicalKey(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"content-type", "Content-Type"},
+		{"Content-Type", "Content-Type"},
+		{"CONTENT-LENGTH", "Content-Length"},
+		{"x-request-id", "X-Request-Id"},
+		{"x-custom_field", "X-Custom_field"},
+		{"a", "A"},
+		{strings.Repeat("ab-", 30) + "z", http.CanonicalHeaderKey(strings.Repeat("ab-", 30) + "z")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			assert.Equal(t, tt.want, canonicalKey(tt.in))
+			assert.Equal(t, http.CanonicalHeaderKey(tt.in), canonicalKey(tt.in), "same as net/http")
+		})
+	}
+}
+
+func TestMediaType(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"application/json", "application/json"},
+		{"application/json; charset=utf-8", "application/json"},
+		{" Text/Event-Stream ;charset=utf-8", "text/event-stream"},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, mediaType(tt.in), tt.in)
+	}
+}
