@@ -41,6 +41,24 @@ type Result struct {
 	// Breakdown explains the decision: each candidate's score from each
 	// scorer. Like Fallbacks, it is valid only until Done is called.
 	Breakdown Breakdown
+
+	tokens int // the uncached prompt tokens the pick counted as prefilling
+}
+
+// FirstToken reports that the request's first response byte arrived from
+// the endpoint: its prompt is prefilled, so it leaves the endpoint's
+// prefill queue (signals.Endpoint.Prefilling) while it decodes. Calling it
+// is optional; without it the request counts as prefilling until Done,
+// which makes the prefill scorer see decoding requests as queued work. A
+// proxy calls it when the first body byte arrives (router.Proxy does).
+// Calls after the first, after Done, and on the Result of a failed pick
+// are no-ops. It is safe to call concurrently with Done, does not block
+// and does not allocate.
+func (r Result) FirstToken() {
+	rec := r.Breakdown.rec
+	if rec != nil && rec.prefill.CompareAndSwap(r.Breakdown.gen+1, 0) {
+		r.Endpoint.EndPrefill(r.tokens)
+	}
 }
 
 // noopDone is the Done of failed picks.
@@ -275,6 +293,7 @@ func (p *Picker) Pick(ctx context.Context, req *signals.Request) (Result, error)
 	ep := rec.ep
 	rec.tokens = int(float64(req.PromptTokens) * (1 - in.Cached[best]))
 	ep.Dispatch(rec.tokens)
+	ep.StartPrefill(rec.tokens)
 	ep.NoteDispatch(now)
 	ep.NoteAdapter(req.Adapter, now)
 	for _, o := range p.observers {
@@ -293,7 +312,9 @@ func (p *Picker) Pick(ctx context.Context, req *signals.Request) (Result, error)
 	}
 
 	gen := rec.gen.Load()
+	rec.prefill.Store(gen + 1)
 	return Result{
+		tokens:    rec.tokens,
 		Endpoint:  ep,
 		Fallbacks: rec.fallbacks,
 		Done:      func(info DoneInfo) { rec.finish(gen, info) },
@@ -334,6 +355,11 @@ func (p *Picker) annotate(span trace.Span, rec *record, best int) {
 type record struct {
 	p   *Picker
 	gen atomic.Uint64
+	// prefill is gen+1 while the pick of generation gen counts as
+	// prefilling on its endpoint, 0 once FirstToken or Done ended that.
+	// Holding the generation makes a late FirstToken of an earlier pick of
+	// this (pooled, reused) record a no-op.
+	prefill atomic.Uint64
 
 	cfg    *compiled
 	req    *signals.Request
@@ -372,6 +398,9 @@ func (r *record) finish(gen uint64, info DoneInfo) {
 		return
 	}
 	p, ep, req := r.p, r.ep, r.req
+	if r.prefill.CompareAndSwap(gen+1, 0) {
+		ep.EndPrefill(r.tokens) // no FirstToken came
+	}
 	ep.Complete(r.tokens)
 	switch {
 	case info.ConnectError:

@@ -192,6 +192,7 @@ const (
 	ScorerLoRA      = "lora"
 	ScorerTokenLoad = "token-load"
 	ScorerBurst     = "burst"
+	ScorerPrefill   = "prefill"
 	ScorerPrefix    = "prefix"
 	ScorerLatency   = "latency"
 	FilterSLO       = "slo"
@@ -257,6 +258,7 @@ func NewRegistry() *Registry {
 	must(r.RegisterScorer(ScorerBurst, func(p Params, _ Env) (Scorer, error) {
 		return BurstScorer{}, noParams(ScorerBurst, p)
 	}))
+	must(r.RegisterScorer(ScorerPrefill, NewPrefillScorerFromParams))
 	must(r.RegisterScorer(ScorerPrefix, NewPrefixScorerFromParams))
 	must(r.RegisterScorer(ScorerLatency, NewLatencyScorerFromParams))
 	must(r.RegisterFilter(FilterSLO, NewSLOFilterFromParams))

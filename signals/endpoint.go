@@ -45,6 +45,8 @@ type Endpoint struct {
 
 	inFlight         atomic.Int64
 	inFlightTokens   atomic.Int64
+	prefilling       atomic.Int64
+	prefillTokens    atomic.Int64
 	dispatched       atomic.Uint64
 	completed        atomic.Uint64
 	dispatchedTokens atomic.Uint64
@@ -181,6 +183,51 @@ func (ep *Endpoint) Complete(tokens int) {
 	ep.inFlightTokens.Add(-int64(t))
 	ep.completedTokens.Add(uint64(t))
 	ep.completed.Add(1)
+}
+
+// StartPrefill records that a request with tokens uncached prompt tokens
+// was sent to the endpoint and has not produced its first token yet. The
+// picker calls it on every pick and EndPrefill once for it: when the caller
+// reports the first response byte (picker.Result.FirstToken), else at Done.
+func (ep *Endpoint) StartPrefill(tokens int) {
+	ep.prefilling.Add(1)
+	ep.prefillTokens.Add(int64(max(tokens, 0)))
+}
+
+// EndPrefill records that a request counted by StartPrefill(tokens)
+// produced its first token, or ended without one.
+func (ep *Endpoint) EndPrefill(tokens int) {
+	ep.prefilling.Add(-1)
+	ep.prefillTokens.Add(-int64(max(tokens, 0)))
+}
+
+// Prefilling returns the requests this process sent to the endpoint that
+// have not produced a first token yet, and their uncached prompt tokens:
+// the endpoint's prefill queue as far as this process knows. Unlike the
+// scraped queue it has no lag, and unlike InFlight it does not count
+// requests that are already decoding, as long as the caller reports first
+// tokens. Never negative.
+func (ep *Endpoint) Prefilling() (requests, tokens int64) {
+	return max(ep.prefilling.Load(), 0), max(ep.prefillTokens.Load(), 0)
+}
+
+// DefaultPrefillRate is the prefill throughput, in tokens per second,
+// assumed for an endpoint whose throughput has not been measured yet
+// (Throughput): an estimate for an 8B-parameter model on one A100-80GB,
+// scaled from Splitwise's measured performance model (Llama-2-70B on two
+// A100-80GB prefills a 2048-token prompt in 0.69 s, about 3000 tokens/s;
+// an 8B model needs about a ninth of the compute per token, on half the
+// GPUs: about 13,500 tokens/s), rounded down. The latency predictor
+// replaces it with a measurement after a few requests.
+const DefaultPrefillRate = 10000.0
+
+// PrefillRate returns the endpoint's prefill throughput in tokens per
+// second: Throughput when measured, else DefaultPrefillRate.
+func (ep *Endpoint) PrefillRate() float64 {
+	if tp, ok := ep.Throughput(); ok {
+		return tp
+	}
+	return DefaultPrefillRate
 }
 
 // InFlight returns the number of requests this process has dispatched to the

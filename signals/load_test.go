@@ -110,3 +110,28 @@ func TestLoadAtArithmetic(t *testing.T) {
 	assert.Equal(t, int64(20), l.InFlightTokens)
 	assert.False(t, l.KVKnown)
 }
+
+func TestPrefilling(t *testing.T) {
+	ep := signals.NewEndpoint(signals.EndpointSpec{Name: "a"})
+	ep.StartPrefill(100)
+	ep.StartPrefill(300)
+	ep.StartPrefill(-5) // a nonsense count counts as zero tokens
+	n, tok := ep.Prefilling()
+	assert.EqualValues(t, 3, n)
+	assert.EqualValues(t, 400, tok)
+	ep.EndPrefill(300)
+	n, tok = ep.Prefilling()
+	assert.EqualValues(t, 2, n)
+	assert.EqualValues(t, 100, tok)
+	// More ends than starts (a caller's bug) never reads below zero.
+	for i := 0; i < 4; i++ {
+		ep.EndPrefill(100)
+	}
+	n, tok = ep.Prefilling()
+	assert.Zero(t, n)
+	assert.Zero(t, tok)
+
+	assert.Equal(t, signals.DefaultPrefillRate, ep.PrefillRate())
+	ep.SetThroughput(2500)
+	assert.Equal(t, 2500.0, ep.PrefillRate())
+}

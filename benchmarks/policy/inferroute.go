@@ -77,5 +77,5 @@ func (p *inferroute) Pick(ctx context.Context, req *signals.Request, eps []*sign
 	if err != nil {
 		return Choice{}, err
 	}
-	return Choice{Endpoint: res.Endpoint, Done: res.Done}, nil
+	return Choice{Endpoint: res.Endpoint, Done: res.Done, FirstToken: res.FirstToken}, nil
 }

@@ -36,6 +36,9 @@ type Choice struct {
 	// Done reports the request's outcome. The simulator calls it exactly
 	// once, when the request completes or fails. Never nil.
 	Done func(signals.Outcome)
+	// FirstToken, if not nil, is called when the request's first token is
+	// produced (before Done), as a proxy reports the first response byte.
+	FirstToken func()
 }
 
 // Env is what a Factory gets to build a policy for one simulation run.

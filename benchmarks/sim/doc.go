@@ -21,7 +21,9 @@
 // id), and the request's text is hashed with the library's own
 // prefix.Hasher, so the prefix index sees what it would see in production.
 // The policy picks an endpoint; the request reaches that pod's engine
-// NetworkDelay later. The engine's FirstToken event fixes the TTFT, its
+// NetworkDelay later. The engine's FirstToken event fixes the TTFT (and is
+// passed on to the policy's Choice.FirstToken, as a proxy reports the
+// first response byte to the picker), its
 // Finished event the end-to-end latency, and the policy's Done is called
 // then with the outcome (TTFT, latency, prompt, cached and completion
 // tokens).

@@ -122,6 +122,7 @@ type flight struct {
 	cached   int
 	pod      int32
 	done     func(signals.Outcome)
+	firstTok func() // the policy's Choice.FirstToken, may be nil
 }
 
 // Sim runs simulations. A Sim is not safe for concurrent use: run several
@@ -325,7 +326,7 @@ func (s *Sim) putFlight(fl *flight) {
 	blocks := fl.blocks[:0]
 	fl.sreq = signals.Request{}
 	fl.blocks = blocks
-	fl.done = nil
+	fl.done, fl.firstTok = nil, nil
 	s.free = append(s.free, fl.slot)
 }
 
@@ -384,7 +385,7 @@ func (s *Sim) arrive(ctx context.Context) {
 		return
 	}
 	fl.pod = i
-	fl.done = ch.Done
+	fl.done, fl.firstTok = ch.Done, ch.FirstToken
 	p := s.pods[i]
 	p.routed++
 	p.inTransit++
@@ -456,6 +457,9 @@ func (s *Sim) stepEnd(p *pod) {
 			fl := s.flightOf(ev.Req)
 			if !fl.gotFirst {
 				fl.gotFirst, fl.first, fl.cached = true, ev.At, ev.CachedTokens
+				if fl.firstTok != nil {
+					fl.firstTok()
+				}
 			}
 		case engine.Finished:
 			s.finish(s.flightOf(ev.Req), ev)

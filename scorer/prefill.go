@@ -1,0 +1,101 @@
+package scorer
+
+import (
+	"context"
+	"fmt"
+	"math"
+)
+
+var _ Scorer = (*PrefillScorer)(nil)
+
+// PrefillParams configures the prefill scorer. Zero fields are valid values,
+// not defaults: start from DefaultPrefillParams.
+type PrefillParams struct {
+	// FloorMs is the smallest estimated time to prefill, in milliseconds,
+	// that the scorer distinguishes: estimates below it count as it, so
+	// 1 ms against 3 ms is not a factor of three. Must be > 0.
+	FloorMs float64 `json:"floorMs" yaml:"floorMs"`
+}
+
+// DefaultPrefillParams returns the defaults: a 10 ms floor, about one
+// decode step plus a network round trip.
+func DefaultPrefillParams() PrefillParams { return PrefillParams{FloorMs: 10} }
+
+func (p PrefillParams) validate() error {
+	if !(p.FloorMs > 0) || math.IsInf(p.FloorMs, 0) {
+		return fmt.Errorf("prefill: floorMs %v must be a finite number > 0", p.FloorMs)
+	}
+	return nil
+}
+
+// PrefillScorer prefers the endpoint that would finish prefilling the
+// request soonest by this process's own, lag-free account: the uncached
+// prompt tokens it sent to the endpoint that have not produced a first
+// token yet (signals.Endpoint.Prefilling), plus the request's own uncached
+// tokens there (PromptTokens × (1 − Cached[i])), over the endpoint's
+// prefill rate (signals.Endpoint.PrefillRate). This is least-work-left
+// dispatching with the job's own size counted on each server (M.
+// Harchol-Balter, Performance Modeling and Design of Computer Systems,
+// 2013, ch. 24: when job sizes vary widely, sending each job where the
+// least work is queued beats balancing job counts): a long prompt avoids a
+// pod that is still prefilling another long one, a slow pod counts for what
+// it is, and a prefix hit shortens the request's own part.
+//
+// The queue is exact only when the caller reports first tokens
+// (picker.Result.FirstToken, which router.Proxy calls at the first body
+// byte); otherwise requests count until Done, decode included. It counts
+// only this process's requests: with several routers in front of one pool
+// each sees its own share.
+//
+// Each candidate's estimate in seconds goes to in.Raw; scores are
+// best/estimate (RelativeToBest) with PrefillParams.FloorMs as the floor.
+// Score is safe for concurrent use and does not allocate.
+type PrefillScorer struct {
+	p     PrefillParams
+	floor float64
+}
+
+// NewPrefillScorer returns a PrefillScorer with parameters p. It fails
+// when a parameter is out of range.
+func NewPrefillScorer(p PrefillParams) (*PrefillScorer, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	return &PrefillScorer{p: p, floor: p.FloorMs / 1000}, nil
+}
+
+// NewPrefillScorerFromParams decodes YAML/JSON parameters over
+// DefaultPrefillParams and builds the scorer; it has the shape of a
+// registry ScorerFactory.
+func NewPrefillScorerFromParams(p Params, _ Env) (Scorer, error) {
+	pp := DefaultPrefillParams()
+	if err := p.Decode(&pp); err != nil {
+		return nil, err
+	}
+	return NewPrefillScorer(pp)
+}
+
+// Params returns the scorer's parameters.
+func (s *PrefillScorer) Params() PrefillParams { return s.p }
+
+// Score implements Scorer.
+func (s *PrefillScorer) Score(_ context.Context, in *Input, out []float64) {
+	n := min(len(in.Endpoints), len(out))
+	var prompt float64
+	if in.Request != nil {
+		prompt = float64(max(in.Request.PromptTokens, 0))
+	}
+	for i, ep := range in.Endpoints[:n] {
+		own := prompt
+		if i < len(in.Cached) {
+			own *= 1 - Clamp01(in.Cached[i])
+		}
+		_, queued := ep.Prefilling()
+		v := (float64(queued) + own) / ep.PrefillRate()
+		if i < len(in.Raw) {
+			in.Raw[i] = v
+		}
+		out[i] = v
+	}
+	RelativeToBest(out[:n], s.floor)
+}

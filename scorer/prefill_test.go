@@ -1,0 +1,100 @@
+package scorer_test
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inferroute/inferroute/scorer"
+	"github.com/inferroute/inferroute/signals"
+)
+
+func TestPrefillScorer(t *testing.T) {
+	newEP := func(name string, tokensPerSecond float64, queued ...int) *signals.Endpoint {
+		e := signals.NewEndpoint(signals.EndpointSpec{Name: name})
+		e.SetThroughput(tokensPerSecond)
+		for _, q := range queued {
+			e.StartPrefill(q)
+		}
+		return e
+	}
+	for _, tt := range []struct {
+		name   string
+		eps    []*signals.Endpoint
+		cached []float64
+		prompt int
+		raw    []float64 // seconds
+		want   []float64
+	}{
+		{
+			// (queued + own) / rate: (0+1000)/10000, (2000+1000)/10000,
+			// (0+1000)/2500 → 0.1, 0.3, 0.4 s; scores best/v.
+			name:   "queue and speed",
+			eps:    []*signals.Endpoint{newEP("idle", 10000), newEP("busy", 10000, 1500, 500), newEP("slow", 2500)},
+			prompt: 1000,
+			raw:    []float64{0.1, 0.3, 0.4},
+			want:   []float64{1, 1.0 / 3, 0.25},
+		},
+		{
+			// A prefix hit shortens the request's own part: 90% cached on
+			// "warm" leaves 100 tokens: (500+100)/10000 = 0.06 s against
+			// (0+1000)/10000 = 0.1 s.
+			name:   "prefix hit",
+			eps:    []*signals.Endpoint{newEP("cold", 10000), newEP("warm", 10000, 500)},
+			cached: []float64{0, 0.9},
+			prompt: 1000,
+			raw:    []float64{0.1, 0.06},
+			want:   []float64{0.6, 1},
+		},
+		{
+			// Below the 10 ms floor, estimates count as the floor: 20 and 50
+			// tokens at 10k tok/s are 2 and 5 ms, both 10 ms.
+			name:   "floor",
+			eps:    []*signals.Endpoint{newEP("a", 10000), newEP("b", 10000, 30)},
+			prompt: 20,
+			raw:    []float64{0.002, 0.005},
+			want:   []float64{1, 1},
+		},
+		{
+			// Unmeasured throughput falls back to DefaultPrefillRate.
+			name:   "default rate",
+			eps:    []*signals.Endpoint{newEP("a", 0, 10000), newEP("b", 0)},
+			prompt: 0,
+			raw:    []float64{10000 / signals.DefaultPrefillRate, 0},
+			want:   []float64{0.01 / (10000 / signals.DefaultPrefillRate), 1},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := scorer.NewPrefillScorer(scorer.DefaultPrefillParams())
+			require.NoError(t, err)
+			in := &scorer.Input{Request: &signals.Request{PromptTokens: tt.prompt}, Endpoints: tt.eps,
+				Cached: tt.cached, Raw: make([]float64, len(tt.eps))}
+			out := make([]float64, len(tt.eps))
+			s.Score(context.Background(), in, out)
+			assert.InDeltaSlice(t, tt.raw, in.Raw, 1e-9)
+			assert.InDeltaSlice(t, tt.want, out, 1e-9)
+		})
+	}
+}
+
+func TestPrefillParams(t *testing.T) {
+	for _, bad := range []float64{0, -1, math.NaN(), math.Inf(1)} {
+		_, err := scorer.NewPrefillScorer(scorer.PrefillParams{FloorMs: bad})
+		assert.Error(t, err, "%v", bad)
+	}
+	r := scorer.NewRegistry()
+	_, err := r.NewScorer(scorer.ScorerPrefill, mustParams(t, "floorMs: 5"), scorer.Env{})
+	assert.NoError(t, err)
+	_, err = r.NewScorer(scorer.ScorerPrefill, mustParams(t, "floor: 5"), scorer.Env{})
+	assert.ErrorContains(t, err, "floor")
+}
+
+func mustParams(t *testing.T, text string) scorer.Params {
+	t.Helper()
+	p, err := scorer.ParseParams(text)
+	require.NoError(t, err)
+	return p
+}
