@@ -548,9 +548,11 @@ type matchScratch struct {
 // call to recognise the same pool next time), and is safe for concurrent
 // use.
 //
-// Cost: clearing out, and recognising the candidate list of the previous
-// call with one memory comparison of the pointer arrays (a map lookup per
-// endpoint when the list or the index's endpoints changed); then one
+// Cost: clearing out and one table lookup, which settles a prompt whose
+// first indexed block nobody holds; otherwise recognising the candidate
+// list of the previous call with one memory comparison of the pointer
+// arrays (a map lookup per endpoint when the list or the index's endpoints
+// changed); then one
 // hash-table lookup per probe of a bisection over the prompt's indexed
 // positions, each probe splitting the undecided candidates with word-wide
 // bitset operations (len(eps)/64 words); then a generation check and a
@@ -568,24 +570,28 @@ func (ix *Index) Match(req *signals.Request, eps []*signals.Endpoint, out []floa
 	if len(hs) == 0 || len(eps) == 0 {
 		return
 	}
+	probes := (len(hs) + ix.cfg.Stride - 1) / ix.cfg.Stride
+	ix.mu.RLock()
+	// Nobody holds a prompt whose first indexed block is unknown: answer
+	// such a miss without looking at the candidates.
+	if ix.blocks.Get(hs[ix.probe(0, probes, len(hs))]) == 0 {
+		ix.mu.RUnlock()
+		return
+	}
 	sc, _ := ix.scratch.Get().(*matchScratch)
 	if sc == nil {
 		sc = new(matchScratch)
 	}
-	ix.mu.RLock()
-	if ix.blocks.Len() > 0 {
-		sc.resolve(ix, eps)
-		probes := (len(hs) + ix.cfg.Stride - 1) / ix.cfg.Stride
-		// search recurses at most once per halving of the probes.
-		w := ix.words
-		if need := (bits.Len(uint(probes)) + 3) * w; cap(sc.sets) < need {
-			sc.sets = make([]uint64, need)
-		}
-		if copy(sc.sets[:w], sc.cand) > 0 && !isEmpty(sc.sets[:w]) {
-			ix.match(hs, sc, out)
-			for _, d := range sc.dups {
-				out[d.pos] = out[d.first]
-			}
+	sc.resolve(ix, eps)
+	// search recurses at most once per halving of the probes.
+	w := ix.words
+	if need := (bits.Len(uint(probes)) + 3) * w; cap(sc.sets) < need {
+		sc.sets = make([]uint64, need)
+	}
+	if copy(sc.sets[:w], sc.cand) > 0 && !isEmpty(sc.sets[:w]) {
+		ix.match(hs, sc, out)
+		for _, d := range sc.dups {
+			out[d.pos] = out[d.first]
 		}
 	}
 	ix.mu.RUnlock()
@@ -712,15 +718,21 @@ func (ix *Index) split(hs []uint64, j, m int, set, held []uint64) bool {
 
 // assign writes frac for every candidate in set whose entries are of its
 // endpoint's current generation (the others hold nothing, as out already
-// says).
+// says). The slice header of sc.ref is read once: reading it through sc
+// after each store to out, which the compiler must assume may alias it,
+// made this loop two to three times slower, and so did inlining it into
+// its callers, whose live values crowd it out of registers.
+//
+//go:noinline
 func assign(sc *matchScratch, set []uint64, frac float64, out []float64) {
+	ref := sc.ref
 	for w, x := range set {
-		for x != 0 {
-			r := &sc.ref[w<<6|bits.TrailingZeros64(x)]
+		base := w << 6
+		for ; x != 0; x &= x - 1 {
+			r := &ref[base|bits.TrailingZeros64(x)]
 			if r.ep.Generation() == r.gen {
 				out[r.pos] = frac
 			}
-			x &= x - 1
 		}
 	}
 }
