@@ -554,6 +554,7 @@ func (st *stream) responseBody(b *extprocv3.HttpBody) error {
 func (st *stream) markFirstByte() {
 	if st.res.Endpoint != nil && st.ttft == 0 {
 		st.ttft = max(st.s.opts.Clock.Now().Sub(st.start), time.Nanosecond)
+		st.res.FirstToken() // the prompt is prefilled: out of the pod's prefill queue
 	}
 }
 

@@ -270,6 +270,8 @@ func TestBufferedMode(t *testing.T) {
 	assert.ElementsMatch(t, []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"}, addrs)
 	primary := h.byAddress(addrs[0])
 	assert.Equal(t, int64(1), primary.InFlight())
+	n, _ := primary.Prefilling()
+	assert.Equal(t, int64(1), n, "prefilling until the first response byte")
 
 	e.send(responseHeaders("200", false, ""))
 	require.NotNil(t, e.recv().GetResponseHeaders())
@@ -277,6 +279,9 @@ func TestBufferedMode(t *testing.T) {
 	e.send(responseBody("data: {\"choices\":[]}\n\n", false))
 	rb := e.recv().GetResponseBody()
 	require.NotNil(t, rb)
+	n, _ = primary.Prefilling()
+	assert.Zero(t, n, "the first body byte ends the prefill (Result.FirstToken)")
+	assert.Equal(t, int64(1), primary.InFlight(), "while the request still decodes")
 	assert.Nil(t, rb.GetResponse().GetBodyMutation(), "STREAMED responses are not echoed")
 	h.clock.Advance(time.Second)
 	e.send(responseBody("data: [DONE]\n\n", true))
