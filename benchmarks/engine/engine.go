@@ -206,6 +206,7 @@ type seq struct {
 	blocks      []int32  // block table
 	hashes      []uint64 // hash chain of the cacheable full prompt blocks
 	numCached   int      // leading entries of blocks registered in the prefix cache (or found there)
+	holder      int32    // the block holding hashes[numCached-1], plus one (see cacheFull)
 	cachedHit   int      // prompt tokens hit on first schedule
 	preemptions int
 	adapter     int32 // index into Engine.adapters, -1 for none

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -756,7 +757,7 @@ func TestBlockPoolModel(t *testing.T) {
 				case k < 5 && len(held) > 0: // register a held block
 					id := held[rng.IntN(len(held))]
 					h := hs[rng.IntN(len(hs))]
-					p.register(id, h)
+					p.register(id, h, noBlock, false)
 					if _, ok := hashOf[id]; !ok {
 						if _, dup := blockOf[h]; !dup {
 							hashOf[id] = h
@@ -776,7 +777,7 @@ func TestBlockPoolModel(t *testing.T) {
 				default: // look up, and touch a hit
 					h := hs[rng.IntN(len(hs))]
 					want, wantOK := blockOf[h]
-					got, ok := p.lookup(h)
+					got, ok := p.lookup(h, noBlock)
 					require.Equal(t, wantOK, ok, "op %d", op)
 					if ok {
 						require.Equal(t, want, got, "op %d", op)
@@ -798,6 +799,208 @@ func TestBlockPoolModel(t *testing.T) {
 	}
 }
 
+// TestBlockPoolChainModel drives a block pool the way the engine does —
+// requests whose prompts are paths in a tree of blocks look up their
+// prefix from the root, take blocks for the rest and register them in
+// chunks chained on the parent's holder, and release everything in
+// reverse order — and requires the answers of the plain reference model of
+// vLLM's block pool (a free list in order, one hash → block map with eager
+// eviction): which blocks are taken, and for every hash of a path, which
+// block holds it, found by walking the path as a lookup does.
+func TestBlockPoolChainModel(t *testing.T) {
+	promotions := 0
+	for _, c := range []struct{ blocks, nodes int }{{24, 30}, {60, 200}, {400, 600}} {
+		blocks, nodes := c.blocks, c.nodes
+		t.Run(strconv.Itoa(blocks), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(9, uint64(blocks)))
+			// A forest of nodes with 8 roots; node i's path is the chain
+			// of hashes from its root to it.
+			parentOf := make([]int, nodes)
+			hashOf := make([]uint64, nodes)
+			for i := range parentOf {
+				parentOf[i] = -1
+				if i >= 8 {
+					parentOf[i] = rng.IntN(i)
+				}
+				hashOf[i] = mix64(uint64(i)+77) | 1
+			}
+			path := func(i int) []uint64 {
+				var hs []uint64
+				for ; i >= 0; i = parentOf[i] {
+					hs = append(hs, hashOf[i])
+				}
+				slices.Reverse(hs)
+				return hs
+			}
+
+			var p blockPool
+			p.init(blocks)
+			free := make([]int32, blocks)
+			for i := range free {
+				free[i] = int32(i)
+			}
+			ref := make([]int, blocks)
+			held := map[int32]uint64{}   // block → hash it holds
+			holder := map[uint64]int32{} // hash → block holding it
+			removeFree := func(id int32) {
+				i := slices.Index(free, id)
+				require.GreaterOrEqual(t, i, 0, "block %d not free", id)
+				free = slices.Delete(free, i, i+1)
+			}
+			type job struct {
+				hs        []uint64
+				blocks    []int32
+				numCached int
+				holder    int32
+			}
+			var jobs []*job
+			// walk checks every hash of hs against the model, walking as
+			// holderOf does.
+			walk := func(hs []uint64, op int) {
+				parent := noBlock
+				for j, h := range hs {
+					got, ok := p.lookup(h, parent)
+					want, wantOK := holder[h]
+					require.Equal(t, wantOK, ok, "op %d, position %d", op, j)
+					parent = noBlock
+					if ok {
+						require.Equal(t, want, got, "op %d, position %d", op, j)
+						parent = got + 1
+					}
+				}
+			}
+			for op := range 40000 {
+				switch k := rng.IntN(10); {
+				case k < 3: // a request arrives: look up, touch, take
+					hs := path(rng.IntN(nodes))
+					jb := &job{hs: hs}
+					parent := noBlock
+					for _, h := range hs {
+						got, ok := p.lookup(h, parent)
+						want, wantOK := holder[h]
+						require.Equal(t, wantOK, ok, "op %d", op)
+						if !ok {
+							break
+						}
+						require.Equal(t, want, got, "op %d", op)
+						if ref[got] == 0 {
+							removeFree(got)
+						}
+						ref[got]++
+						p.touch(got)
+						jb.blocks = append(jb.blocks, got)
+						parent = got + 1
+					}
+					jb.numCached, jb.holder = len(jb.blocks), parent
+					for len(jb.blocks) < len(hs) && len(free) > 0 {
+						want := free[0]
+						free = free[1:]
+						if h, ok := held[want]; ok {
+							delete(holder, h)
+							delete(held, want)
+						}
+						require.Equal(t, want, p.take(), "op %d", op)
+						ref[want] = 1
+						jb.blocks = append(jb.blocks, want)
+					}
+					jobs = append(jobs, jb)
+				case k < 6 && len(jobs) > 0: // register a chunk, as cacheFull
+					jb := jobs[rng.IntN(len(jobs))]
+					if jb.numCached == len(jb.blocks) {
+						continue
+					}
+					limit := jb.numCached + 1 + rng.IntN(len(jb.blocks)-jb.numCached)
+					for j := jb.numCached; j < limit; j++ {
+						id, h := jb.blocks[j], jb.hs[j]
+						if _, dup := holder[h]; !dup {
+							holder[h] = id
+							held[id] = h
+						}
+					}
+					parent := p.registerChain(jb.blocks, jb.hs, jb.numCached, limit, jb.holder)
+					require.Equal(t, holder[jb.hs[limit-1]]+1, parent, "op %d: registerChain returns the holder", op)
+					jb.numCached, jb.holder = limit, parent
+				case k < 8 && len(jobs) > 0: // a request finishes
+					i := rng.IntN(len(jobs))
+					jb := jobs[i]
+					jobs = slices.Delete(jobs, i, i+1)
+					for _, id := range slices.Backward(jb.blocks) {
+						p.release(id)
+						if ref[id]--; ref[id] == 0 {
+							free = append(free, id)
+						}
+					}
+				default:
+					walk(path(rng.IntN(nodes)), op)
+				}
+				require.Equal(t, len(free), p.numFree, "op %d", op)
+				require.Equal(t, len(holder), p.hashed, "op %d", op)
+			}
+			promotions += p.promotions
+		})
+	}
+	assert.Positive(t, promotions, "children of evicted parents were moved to the table")
+}
+
+func TestBlockPoolRefindsEvictedParent(t *testing.T) {
+	// A and B compute the same prompt h0 h1 h2 at the same time. A
+	// registers h0 and h1 first, so B's copies stay uncached and B chains
+	// its next chunk on A's block for h1. A finishes and its block for h1
+	// is evicted; C computes h0 h1 again (hitting A's h0) before B
+	// registers h2. B's h2 must then chain on C's block, where a lookup of
+	// the prompt finds it.
+	hs := []uint64{mix64(1) | 1, mix64(2) | 1, mix64(3) | 1}
+	walk := func(p *blockPool) []int32 {
+		var got []int32
+		parent := noBlock
+		for _, h := range hs {
+			b, ok := p.lookup(h, parent)
+			parent = noBlock
+			if ok {
+				parent = b + 1
+			} else {
+				b = -1
+			}
+			got = append(got, b)
+		}
+		return got
+	}
+	for _, recompute := range []bool{false, true} {
+		t.Run(strconv.FormatBool(recompute), func(t *testing.T) {
+			var p blockPool
+			p.init(8)
+			a := []int32{p.take(), p.take()}
+			b := []int32{p.take(), p.take(), p.take()}
+			spare := p.take()
+			holderA := p.registerChain(a, hs, 0, 2, noBlock)
+			require.Equal(t, a[1]+1, holderA)
+			holderB := p.registerChain(b, hs, 0, 2, noBlock)
+			require.Equal(t, a[1]+1, holderB, "B's copies are duplicates")
+			p.release(a[1])
+			p.release(a[0])
+			p.release(spare)
+			for range 3 { // the 2 never-used blocks, then A's h1 (freed first)
+				p.take()
+			}
+			require.Equal(t, []int32{a[0], -1, -1}, walk(&p))
+			var c int32 = -1
+			if recompute {
+				h0, ok := p.lookup(hs[0], noBlock)
+				require.True(t, ok)
+				p.touch(h0)
+				c = p.take()
+				require.Equal(t, c+1, p.registerChain([]int32{h0, c}, hs, 1, 2, h0+1))
+			}
+			require.Equal(t, b[2]+1, p.registerChain(b, hs, 2, 3, holderB))
+			if recompute {
+				assert.Equal(t, []int32{a[0], c, b[2]}, walk(&p))
+			} else {
+				assert.Equal(t, []int32{a[0], -1, b[2]}, walk(&p))
+			}
+		})
+	}
+}
+
 func TestBlockPoolTopBitCollision(t *testing.T) {
 	// Two hashes that differ only in the bits a table entry does not keep
 	// share one entry: the later registration wins, and a lookup never
@@ -807,11 +1010,11 @@ func TestBlockPoolTopBitCollision(t *testing.T) {
 	a, b := p.take(), p.take()
 	h1 := uint64(0xabcdef0123456789)
 	h2 := h1 ^ 1
-	p.register(a, h1)
-	p.register(b, h2)
-	_, ok := p.lookup(h1)
+	p.register(a, h1, noBlock, false)
+	p.register(b, h2, noBlock, false)
+	_, ok := p.lookup(h1, noBlock)
 	assert.False(t, ok)
-	got, ok := p.lookup(h2)
+	got, ok := p.lookup(h2, noBlock)
 	require.True(t, ok)
 	assert.Equal(t, b, got)
 }

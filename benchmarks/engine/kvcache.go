@@ -17,6 +17,20 @@ import "math/bits"
 //   - a full block is identified by a hash chain: the hash of its parent
 //     block, its tokens and extra keys such as the LoRA adapter
 //     (kv_cache_utils.hash_block_tokens).
+//
+// vLLM finds a cached block through one dict from block hash to block. The
+// contents of that dict are the same here, but most blocks are indexed
+// through their parent instead of a global table: a block whose hash
+// chains from the hash held by block P is found as P's child (P.next),
+// and only chain roots, second children (branches) and children whose
+// parent was evicted go into the hash table. A lookup walks the chain
+// from the root, so it always knows the parent's block. Registering the
+// private tail of a prompt then touches only the block and its parent,
+// which the request has just used, instead of a random table slot per
+// block; the table stays small. This is the index of a radix tree over
+// blocks (as in SGLang's RadixAttention, Zheng et al., "SGLang: Efficient
+// Execution of Structured Language Model Programs", NeurIPS 2024), with
+// vLLM's flat semantics: a hash is found exactly when some block holds it.
 
 // blockPool is the set of KV blocks, their reference counts, the free
 // queue and the prefix-cache table. A block's fields fit in 16 bytes so
@@ -42,13 +56,32 @@ type blockPool struct {
 	ring       []freeEntry
 	head, tail uint64
 	table      hashTable
+	// filter has bit (h>>filterShift)&filterMask set for every hash h
+	// inserted in the table with a parent (a branch or an orphan) since
+	// the last rebuild, and for every entry a rebuild kept. A linked
+	// registration checks the table for a live holder only when its bit
+	// is set: a block holding a non-root hash is either its parent's
+	// child or a table entry with its bit set.
+	filter []uint64
+	// promotions counts children moved into the table when their parent
+	// was evicted, for tests.
+	promotions int
 }
 
+// A block's fields fit in 24 bytes. Links are block ids plus one; 0 is
+// none. A cached block is indexed either by the table (prev == 0) or as
+// the child of the block holding its parent hash (prev = that block,
+// whose next is this block); the links are set and cleared in pairs.
 type block struct {
 	hash uint64 // content hash; 0 when the block holds no cached content
 	gen  uint32 // incremented each time the block is freed
 	ref  int32
+	prev int32 // parent block, when indexed as its child
+	next int32 // the child indexed through this block
 }
+
+// noBlock is the link and parent value meaning "no block".
+const noBlock int32 = 0
 
 type freeEntry struct {
 	id  int32
@@ -72,7 +105,42 @@ func (p *blockPool) init(n int) {
 	p.fresh = 0
 	p.numFree = n
 	p.hashed = 0
+	p.promotions = 0
 	p.table.init(n)
+	words := max(64, nextPow2(2*n)/64)
+	if len(p.filter) == words {
+		clear(p.filter)
+	} else {
+		p.filter = make([]uint64, words)
+	}
+}
+
+// nextPow2 returns the smallest power of two >= n (1 for n <= 1).
+func nextPow2(n int) int {
+	m := 1
+	for m < n {
+		m <<= 1
+	}
+	return m
+}
+
+// filterShift selects the hash bits of the filter: bits above those of a
+// table slot index for the tables of realistic sizes.
+const filterShift = 40
+
+func (p *blockPool) filterBit(h uint64) (word int, bit uint64) {
+	i := (h >> filterShift) & uint64(len(p.filter)*64-1)
+	return int(i >> 6), 1 << (i & 63)
+}
+
+func (p *blockPool) filterAdd(h uint64) {
+	w, bit := p.filterBit(h)
+	p.filter[w] |= bit
+}
+
+func (p *blockPool) filterHas(h uint64) bool {
+	w, bit := p.filterBit(h)
+	return p.filter[w]&bit != 0
 }
 
 // take removes the first block in free order, evicts its cached content,
@@ -98,11 +166,33 @@ func (p *blockPool) take() int32 {
 	p.numFree--
 	b := &p.b[id]
 	if b.hash != 0 {
-		b.hash = 0
-		p.hashed--
+		p.evict(id)
 	}
 	b.ref = 1
 	return id
+}
+
+// evict drops the cached content of block id. Its link from a parent is
+// cleared; a child indexed through it goes into the table (its content
+// is still cached, and must stay findable once the parent hash is cached
+// again). A table entry is left in place and is recognised as stale by
+// lookups (the block no longer holds that hash).
+func (p *blockPool) evict(id int32) {
+	b := &p.b[id]
+	if b.prev != noBlock {
+		p.b[b.prev-1].next = noBlock
+		b.prev = noBlock
+	}
+	if b.next != noBlock {
+		c := b.next - 1
+		b.next = noBlock
+		cb := &p.b[c]
+		cb.prev = noBlock
+		p.insert(c, cb.hash, true)
+		p.promotions++
+	}
+	b.hash = 0
+	p.hashed--
 }
 
 // touch adds a reference to a cached block, taking it out of the free
@@ -156,8 +246,20 @@ func (p *blockPool) compactRing() {
 	}
 }
 
-// lookup returns the block holding the content with hash h.
-func (p *blockPool) lookup(h uint64) (int32, bool) {
+// lookup returns the block holding the content with hash h. parent is
+// the block holding the hash h chains from, plus one, or noBlock for a
+// root hash or a parent hash no block holds.
+func (p *blockPool) lookup(h uint64, parent int32) (int32, bool) {
+	if parent != noBlock {
+		if c := p.b[parent-1].next; c != noBlock && p.b[c-1].hash == h {
+			return c - 1, true
+		}
+	}
+	return p.lookupTable(h)
+}
+
+// lookupTable returns the block the table maps h to, if it holds h.
+func (p *blockPool) lookupTable(h uint64) (int32, bool) {
 	t := &p.table
 	k := h &^ idMask
 	for i := (h >> idBits) & t.mask; ; i = (i + 1) & t.mask {
@@ -177,15 +279,49 @@ func (p *blockPool) lookup(h uint64) (int32, bool) {
 
 // register records block id as holding the content with hash h (never
 // 0: hashPrompt sets the low bit), unless another block already holds it
-// (then id stays an uncached duplicate).
-func (p *blockPool) register(id int32, h uint64) {
+// (then id stays an uncached duplicate), and returns the block that holds
+// h afterwards, plus one. parent is the block holding the hash h chains
+// from, plus one, or noBlock for a root hash (nonRoot false) or for a
+// parent hash no block holds (nonRoot true). Registering h as the first
+// child of parent touches only the two blocks.
+func (p *blockPool) register(id int32, h uint64, parent int32, nonRoot bool) int32 {
 	b := &p.b[id]
 	if b.hash != 0 {
-		return
+		return id + 1
 	}
+	if parent != noBlock {
+		pb := &p.b[parent-1]
+		if c := pb.next; c != noBlock {
+			if p.b[c-1].hash == h {
+				return c // live duplicate: keep the block already cached
+			}
+		} else if !p.filterHas(h) {
+			pb.next = id + 1
+			b.prev = parent
+			b.hash = h
+			p.hashed++
+			return id + 1
+		}
+	}
+	if dup, ok := p.lookupTable(h); ok {
+		return dup + 1 // live duplicate
+	}
+	p.insert(id, h, nonRoot)
+	b.hash = h
+	p.hashed++
+	return id + 1
+}
+
+// insert puts block id, which holds or is about to hold h and has no live
+// duplicate in the table, into the table, and into the filter if h is not
+// a root hash.
+func (p *blockPool) insert(id int32, h uint64, nonRoot bool) {
 	t := &p.table
 	if t.used >= t.limit {
 		p.rebuild()
+	}
+	if nonRoot {
+		p.filterAdd(h)
 	}
 	k := h &^ idMask
 	for i := (h >> idBits) & t.mask; ; i = (i + 1) & t.mask {
@@ -193,28 +329,30 @@ func (p *blockPool) register(id int32, h uint64) {
 		if v == 0 {
 			t.e[i] = k | uint64(id+1)
 			t.used++
-			break
+			return
 		}
 		if v&^idMask == k {
-			if p.b[int32(v&idMask)-1].hash == h {
-				return // live duplicate: keep the block already cached
-			}
 			t.e[i] = k | uint64(id+1) // replace a stale entry
-			break
+			return
 		}
 	}
-	b.hash = h
-	p.hashed++
 }
 
-// rebuild drops the stale entries by re-inserting the registered blocks
-// (found by a sequential scan of the blocks ever used) into a cleared
-// table, doubling it first while that would leave it more than a quarter
-// full. It allocates only while the table grows.
+// rebuild drops the stale entries by re-inserting the cached blocks that
+// are not indexed as a child (found by a sequential scan of the blocks
+// ever used) into a cleared table, doubling it first while that would
+// leave it more than a quarter full, and rebuilds the filter from them. It
+// allocates only while the table grows.
 func (p *blockPool) rebuild() {
 	t := &p.table
+	heads := 0
+	for id := range p.fresh {
+		if b := &p.b[id]; b.hash != 0 && b.prev == noBlock {
+			heads++
+		}
+	}
 	size := len(t.e)
-	for 4*p.hashed > size && size < t.maxLen {
+	for 4*heads > size && size < t.maxLen {
 		size *= 2
 	}
 	if size != len(t.e) {
@@ -226,11 +364,13 @@ func (p *blockPool) rebuild() {
 	}
 	t.used = 0
 	t.rebuilds++
+	clear(p.filter)
 	for id := range p.fresh {
 		b := &p.b[id]
-		if b.hash == 0 {
+		if b.hash == 0 || b.prev != noBlock {
 			continue
 		}
+		p.filterAdd(b.hash)
 		k := b.hash &^ idMask
 		for i := (b.hash >> idBits) & t.mask; ; i = (i + 1) & t.mask {
 			if t.e[i] == 0 {
@@ -374,8 +514,9 @@ func (e *Engine) admit(s *seq, budget int) (int, bool) {
 	hits := e.hits[:0]
 	maxHit := min(len(s.hashes), (s.numTokens-1)/bs)
 	evictable := 0
+	parent := noBlock
 	for j := 0; j < maxHit; j++ {
-		b, ok := e.pool.lookup(s.hashes[j])
+		b, ok := e.pool.lookup(s.hashes[j], parent)
 		if !ok {
 			break
 		}
@@ -383,6 +524,7 @@ func (e *Engine) admit(s *seq, budget int) (int, bool) {
 		if e.pool.b[b].ref == 0 {
 			evictable++
 		}
+		parent = b + 1
 	}
 	e.hits = hits
 	computed := len(hits) * bs
@@ -396,6 +538,7 @@ func (e *Engine) admit(s *seq, budget int) (int, bool) {
 	}
 	s.blocks = append(s.blocks[:0], hits...)
 	s.numCached = len(hits)
+	s.holder = parent
 	s.numComputed = computed
 	if !s.started {
 		s.cachedHit = computed
@@ -429,15 +572,47 @@ func (e *Engine) allocate(s *seq, n int) bool {
 
 // cacheFull registers the request's full prompt blocks within the first
 // upTo tokens in the prefix cache (vLLM caches blocks when they are
-// scheduled: KVCacheManager.allocate_slots).
+// scheduled: KVCacheManager.allocate_slots). s.holder is the block holding
+// the hash of block numCached-1, which each registration chains from.
 func (e *Engine) cacheFull(s *seq, upTo int) {
 	limit := min(upTo/e.blockSize, len(s.hashes))
-	for j := s.numCached; j < limit; j++ {
-		e.pool.register(s.blocks[j], s.hashes[j])
+	if limit <= s.numCached {
+		return
 	}
-	if limit > s.numCached {
-		s.numCached = limit
+	s.holder = e.pool.registerChain(s.blocks, s.hashes, s.numCached, limit, s.holder)
+	s.numCached = limit
+}
+
+// registerChain registers blocks[j] as holding hs[j] for j in
+// [from, limit), the next chunk of a request's prompt, and returns the
+// block holding hs[limit-1], plus one. holder is what it returned for the
+// previous chunk (noBlock when from is 0).
+func (p *blockPool) registerChain(blocks []int32, hs []uint64, from, limit int, holder int32) int32 {
+	j, parent := from, holder
+	if j > 0 && (parent == noBlock || p.b[parent-1].hash != hs[j-1]) {
+		// The block that held the parent hash, another request's, was
+		// evicted since the last chunk: find the parent hash's holder now.
+		parent = p.holderOf(hs[:j])
 	}
+	for ; j < limit; j++ {
+		parent = p.register(blocks[j], hs[j], parent, j > 0)
+	}
+	return parent
+}
+
+// holderOf returns the block holding the last hash of the chain hs, plus
+// one, or noBlock: it walks the chain from its root, as a lookup does,
+// restarting at the table after a hash no block holds.
+func (p *blockPool) holderOf(hs []uint64) int32 {
+	parent := noBlock
+	for _, h := range hs {
+		if b, ok := p.lookup(h, parent); ok {
+			parent = b + 1
+		} else {
+			parent = noBlock
+		}
+	}
+	return parent
 }
 
 // freeBlocks releases s's blocks in reverse order.
@@ -447,6 +622,7 @@ func (e *Engine) freeBlocks(s *seq) {
 	}
 	s.blocks = s.blocks[:0]
 	s.numCached = 0
+	s.holder = noBlock
 }
 
 // PrefixHitTokens returns how many of r's prompt tokens the prefix cache
@@ -464,10 +640,13 @@ func (e *Engine) PrefixHitTokens(r *Request) int {
 	e.scratch.req = nil
 	maxHit := min(len(e.scratch.hashes), (r.PromptTokens-1)/e.blockSize)
 	hit := 0
+	parent := noBlock
 	for hit < maxHit {
-		if _, ok := e.pool.lookup(e.scratch.hashes[hit]); !ok {
+		b, ok := e.pool.lookup(e.scratch.hashes[hit], parent)
+		if !ok {
 			break
 		}
+		parent = b + 1
 		hit++
 	}
 	return hit * e.blockSize
