@@ -36,7 +36,9 @@
 //	½·ln(mean TTFT / round-robin's mean TTFT) + ½·ln(p99 TTFT / round-robin's p99 TTFT)
 //
 // on the same traffic (lower is better; 0 is round-robin, −ln 2 halves
-// both), plus a penalty for failed requests. The logarithm makes a 10%
+// both), plus 4 times the log-ratio of any mean or p99 worse than
+// round-robin's (a regression somewhere is not paid for by a gain
+// elsewhere), plus a penalty for failed requests. The logarithm makes a 10%
 // gain count the same in every scenario whatever its absolute latency.
 // The before/after table is computed on the held-out half only, so a
 // configuration that merely memorised the training traffic shows it.

@@ -3,6 +3,7 @@ package tune
 import (
 	"bytes"
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -90,6 +91,9 @@ func TestScore(t *testing.T) {
 	// requests failed adds 5 × 0.1.
 	got = score(sp, []sim.Metrics{{TTFTMean: 2, TTFTP99: 2, Requests: 10, Failed: 1}}, true)
 	assert.InDelta(t, 0.5, got, 1e-9)
+	// A p99 10% worse than round-robin's costs ½ln1.1 + 4·ln1.1.
+	got = score(sp, []sim.Metrics{{TTFTMean: 2, TTFTP99: 2.2, Requests: 10}}, true)
+	assert.InDelta(t, 4.5*math.Log(1.1), got, 1e-9)
 }
 
 func TestTuneNoScenarios(t *testing.T) {
