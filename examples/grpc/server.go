@@ -95,6 +95,7 @@ type reservation struct {
 	id       string
 	deadline time.Time
 	done     func(picker.DoneInfo)
+	first    func() // the pick's FirstToken
 	endpoint string
 }
 
@@ -162,7 +163,7 @@ func (s *Server) Pick(ctx context.Context, in *pickerpb.PickRequest) (*pickerpb.
 		return nil, status.Errorf(codes.Internal, "reservation id: %v", err)
 	}
 	out.ReservationId = id
-	r := &reservation{id: id, deadline: s.clock.Now().Add(s.ttl), done: res.Done, endpoint: res.Endpoint.Name}
+	r := &reservation{id: id, deadline: s.clock.Now().Add(s.ttl), done: res.Done, first: res.FirstToken, endpoint: res.Endpoint.Name}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -192,6 +193,24 @@ func (s *Server) Done(_ context.Context, in *pickerpb.DoneRequest) (*pickerpb.Do
 	}
 	e.Value.(*reservation).done(outcome(in))
 	return &pickerpb.DoneResponse{}, nil
+}
+
+// FirstToken reports that a reservation's first response byte arrived
+// (picker.Result.FirstToken). The reservation stays open until Done.
+func (s *Server) FirstToken(_ context.Context, in *pickerpb.FirstTokenRequest) (*pickerpb.FirstTokenResponse, error) {
+	s.sweep(s.clock.Now())
+	s.mu.Lock()
+	e, ok := s.byID[in.GetReservationId()]
+	var first func()
+	if ok {
+		first = e.Value.(*reservation).first
+	}
+	s.mu.Unlock()
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "reservation %q is unknown, done or expired", in.GetReservationId())
+	}
+	first() // a no-op if Done raced ahead of it
+	return &pickerpb.FirstTokenResponse{}, nil
 }
 
 // Sweep releases every reservation whose deadline is at or before the

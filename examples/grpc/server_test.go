@@ -176,6 +176,19 @@ func TestPickThenDone(t *testing.T) {
 	assert.NotEqual(t, chosen.Name, resp.GetFallbacks()[0].GetName())
 	assert.Equal(t, int64(1), chosen.InFlight())
 	assert.Equal(t, 1, h.server.Outstanding())
+	n, tok := chosen.Prefilling()
+	assert.Equal(t, int64(1), n)
+	assert.Equal(t, int64(100), tok)
+
+	// The first byte arrived: the request leaves the prefill queue but
+	// stays reserved.
+	_, err = h.client.FirstToken(ctx, &pickerpb.FirstTokenRequest{ReservationId: resp.GetReservationId()})
+	require.NoError(t, err)
+	n, tok = chosen.Prefilling()
+	assert.Zero(t, n)
+	assert.Zero(t, tok)
+	assert.Equal(t, int64(1), chosen.InFlight())
+	assert.Equal(t, 1, h.server.Outstanding())
 
 	_, err = h.client.Done(ctx, &pickerpb.DoneRequest{
 		ReservationId:    resp.GetReservationId(),
@@ -200,6 +213,8 @@ func TestPickThenDone(t *testing.T) {
 	assert.Equal(t, codes.NotFound, status.Code(err), "a second Done")
 	_, err = h.client.Done(ctx, &pickerpb.DoneRequest{ReservationId: "never-issued"})
 	assert.Equal(t, codes.NotFound, status.Code(err))
+	_, err = h.client.FirstToken(ctx, &pickerpb.FirstTokenRequest{ReservationId: resp.GetReservationId()})
+	assert.Equal(t, codes.NotFound, status.Code(err), "FirstToken after Done")
 }
 
 func TestDoneOutcomes(t *testing.T) {

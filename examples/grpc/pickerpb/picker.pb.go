@@ -591,6 +591,88 @@ func (*DoneResponse) Descriptor() ([]byte, []int) {
 	return file_picker_proto_rawDescGZIP(), []int{6}
 }
 
+// FirstTokenRequest names the reservation whose first byte arrived.
+type FirstTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ReservationId string                 `protobuf:"bytes,1,opt,name=reservation_id,json=reservationId,proto3" json:"reservation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FirstTokenRequest) Reset() {
+	*x = FirstTokenRequest{}
+	mi := &file_picker_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FirstTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FirstTokenRequest) ProtoMessage() {}
+
+func (x *FirstTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_picker_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FirstTokenRequest.ProtoReflect.Descriptor instead.
+func (*FirstTokenRequest) Descriptor() ([]byte, []int) {
+	return file_picker_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *FirstTokenRequest) GetReservationId() string {
+	if x != nil {
+		return x.ReservationId
+	}
+	return ""
+}
+
+// FirstTokenResponse acknowledges a FirstToken.
+type FirstTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FirstTokenResponse) Reset() {
+	*x = FirstTokenResponse{}
+	mi := &file_picker_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FirstTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FirstTokenResponse) ProtoMessage() {}
+
+func (x *FirstTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_picker_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FirstTokenResponse.ProtoReflect.Descriptor instead.
+func (*FirstTokenResponse) Descriptor() ([]byte, []int) {
+	return file_picker_proto_rawDescGZIP(), []int{8}
+}
+
 var File_picker_proto protoreflect.FileDescriptor
 
 const file_picker_proto_rawDesc = "" +
@@ -648,10 +730,15 @@ const file_picker_proto_rawDesc = "" +
 	"\rprompt_tokens\x18\x06 \x01(\x05R\fpromptTokens\x12#\n" +
 	"\rcached_tokens\x18\a \x01(\x05R\fcachedTokens\x12+\n" +
 	"\x11completion_tokens\x18\b \x01(\x05R\x10completionTokens\"\x0e\n" +
-	"\fDoneResponse2\xa6\x01\n" +
+	"\fDoneResponse\":\n" +
+	"\x11FirstTokenRequest\x12%\n" +
+	"\x0ereservation_id\x18\x01 \x01(\tR\rreservationId\"\x14\n" +
+	"\x12FirstTokenResponse2\x87\x02\n" +
 	"\x06Picker\x12M\n" +
 	"\x04Pick\x12!.inferroute.picker.v1.PickRequest\x1a\".inferroute.picker.v1.PickResponse\x12M\n" +
-	"\x04Done\x12!.inferroute.picker.v1.DoneRequest\x1a\".inferroute.picker.v1.DoneResponseB9Z7github.com/inferroute/inferroute/examples/grpc/pickerpbb\x06proto3"
+	"\x04Done\x12!.inferroute.picker.v1.DoneRequest\x1a\".inferroute.picker.v1.DoneResponse\x12_\n" +
+	"\n" +
+	"FirstToken\x12'.inferroute.picker.v1.FirstTokenRequest\x1a(.inferroute.picker.v1.FirstTokenResponseB9Z7github.com/inferroute/inferroute/examples/grpc/pickerpbb\x06proto3"
 
 var (
 	file_picker_proto_rawDescOnce sync.Once
@@ -665,7 +752,7 @@ func file_picker_proto_rawDescGZIP() []byte {
 	return file_picker_proto_rawDescData
 }
 
-var file_picker_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_picker_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_picker_proto_goTypes = []any{
 	(*PickRequest)(nil),         // 0: inferroute.picker.v1.PickRequest
 	(*Endpoint)(nil),            // 1: inferroute.picker.v1.Endpoint
@@ -674,27 +761,31 @@ var file_picker_proto_goTypes = []any{
 	(*Candidate)(nil),           // 4: inferroute.picker.v1.Candidate
 	(*DoneRequest)(nil),         // 5: inferroute.picker.v1.DoneRequest
 	(*DoneResponse)(nil),        // 6: inferroute.picker.v1.DoneResponse
-	nil,                         // 7: inferroute.picker.v1.PickRequest.HeadersEntry
-	nil,                         // 8: inferroute.picker.v1.Endpoint.LabelsEntry
-	(*durationpb.Duration)(nil), // 9: google.protobuf.Duration
+	(*FirstTokenRequest)(nil),   // 7: inferroute.picker.v1.FirstTokenRequest
+	(*FirstTokenResponse)(nil),  // 8: inferroute.picker.v1.FirstTokenResponse
+	nil,                         // 9: inferroute.picker.v1.PickRequest.HeadersEntry
+	nil,                         // 10: inferroute.picker.v1.Endpoint.LabelsEntry
+	(*durationpb.Duration)(nil), // 11: google.protobuf.Duration
 }
 var file_picker_proto_depIdxs = []int32{
-	7,  // 0: inferroute.picker.v1.PickRequest.headers:type_name -> inferroute.picker.v1.PickRequest.HeadersEntry
-	9,  // 1: inferroute.picker.v1.PickRequest.ttft_slo:type_name -> google.protobuf.Duration
-	8,  // 2: inferroute.picker.v1.Endpoint.labels:type_name -> inferroute.picker.v1.Endpoint.LabelsEntry
+	9,  // 0: inferroute.picker.v1.PickRequest.headers:type_name -> inferroute.picker.v1.PickRequest.HeadersEntry
+	11, // 1: inferroute.picker.v1.PickRequest.ttft_slo:type_name -> google.protobuf.Duration
+	10, // 2: inferroute.picker.v1.Endpoint.labels:type_name -> inferroute.picker.v1.Endpoint.LabelsEntry
 	1,  // 3: inferroute.picker.v1.PickResponse.endpoint:type_name -> inferroute.picker.v1.Endpoint
 	1,  // 4: inferroute.picker.v1.PickResponse.fallbacks:type_name -> inferroute.picker.v1.Endpoint
-	9,  // 5: inferroute.picker.v1.PickResponse.reservation_timeout:type_name -> google.protobuf.Duration
+	11, // 5: inferroute.picker.v1.PickResponse.reservation_timeout:type_name -> google.protobuf.Duration
 	3,  // 6: inferroute.picker.v1.PickResponse.breakdown:type_name -> inferroute.picker.v1.Breakdown
 	4,  // 7: inferroute.picker.v1.Breakdown.candidates:type_name -> inferroute.picker.v1.Candidate
-	9,  // 8: inferroute.picker.v1.DoneRequest.ttft:type_name -> google.protobuf.Duration
-	9,  // 9: inferroute.picker.v1.DoneRequest.latency:type_name -> google.protobuf.Duration
+	11, // 8: inferroute.picker.v1.DoneRequest.ttft:type_name -> google.protobuf.Duration
+	11, // 9: inferroute.picker.v1.DoneRequest.latency:type_name -> google.protobuf.Duration
 	0,  // 10: inferroute.picker.v1.Picker.Pick:input_type -> inferroute.picker.v1.PickRequest
 	5,  // 11: inferroute.picker.v1.Picker.Done:input_type -> inferroute.picker.v1.DoneRequest
-	2,  // 12: inferroute.picker.v1.Picker.Pick:output_type -> inferroute.picker.v1.PickResponse
-	6,  // 13: inferroute.picker.v1.Picker.Done:output_type -> inferroute.picker.v1.DoneResponse
-	12, // [12:14] is the sub-list for method output_type
-	10, // [10:12] is the sub-list for method input_type
+	7,  // 12: inferroute.picker.v1.Picker.FirstToken:input_type -> inferroute.picker.v1.FirstTokenRequest
+	2,  // 13: inferroute.picker.v1.Picker.Pick:output_type -> inferroute.picker.v1.PickResponse
+	6,  // 14: inferroute.picker.v1.Picker.Done:output_type -> inferroute.picker.v1.DoneResponse
+	8,  // 15: inferroute.picker.v1.Picker.FirstToken:output_type -> inferroute.picker.v1.FirstTokenResponse
+	13, // [13:16] is the sub-list for method output_type
+	10, // [10:13] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
 	10, // [10:10] is the sub-list for extension extendee
 	0,  // [0:10] is the sub-list for field type_name
@@ -711,7 +802,7 @@ func file_picker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_picker_proto_rawDesc), len(file_picker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,8 +19,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Picker_Pick_FullMethodName = "/inferroute.picker.v1.Picker/Pick"
-	Picker_Done_FullMethodName = "/inferroute.picker.v1.Picker/Done"
+	Picker_Pick_FullMethodName       = "/inferroute.picker.v1.Picker/Pick"
+	Picker_Done_FullMethodName       = "/inferroute.picker.v1.Picker/Done"
+	Picker_FirstToken_FullMethodName = "/inferroute.picker.v1.Picker/FirstToken"
 )
 
 // PickerClient is the client API for Picker service.
@@ -45,6 +46,12 @@ type PickerClient interface {
 	// reservation. NOT_FOUND means the reservation is unknown: never issued,
 	// already done, or expired.
 	Done(ctx context.Context, in *DoneRequest, opts ...grpc.CallOption) (*DoneResponse, error)
+	// FirstToken reports that the picked request's first response byte
+	// arrived: its prompt is prefilled, so it leaves the endpoint's prefill
+	// queue while it decodes (the picker's prefill scorer reads that queue).
+	// Optional; the reservation stays open until Done. NOT_FOUND means the
+	// reservation is unknown: never issued, already done, or expired.
+	FirstToken(ctx context.Context, in *FirstTokenRequest, opts ...grpc.CallOption) (*FirstTokenResponse, error)
 }
 
 type pickerClient struct {
@@ -75,6 +82,16 @@ func (c *pickerClient) Done(ctx context.Context, in *DoneRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *pickerClient) FirstToken(ctx context.Context, in *FirstTokenRequest, opts ...grpc.CallOption) (*FirstTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FirstTokenResponse)
+	err := c.cc.Invoke(ctx, Picker_FirstToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PickerServer is the server API for Picker service.
 // All implementations must embed UnimplementedPickerServer
 // for forward compatibility.
@@ -97,6 +114,12 @@ type PickerServer interface {
 	// reservation. NOT_FOUND means the reservation is unknown: never issued,
 	// already done, or expired.
 	Done(context.Context, *DoneRequest) (*DoneResponse, error)
+	// FirstToken reports that the picked request's first response byte
+	// arrived: its prompt is prefilled, so it leaves the endpoint's prefill
+	// queue while it decodes (the picker's prefill scorer reads that queue).
+	// Optional; the reservation stays open until Done. NOT_FOUND means the
+	// reservation is unknown: never issued, already done, or expired.
+	FirstToken(context.Context, *FirstTokenRequest) (*FirstTokenResponse, error)
 	mustEmbedUnimplementedPickerServer()
 }
 
@@ -112,6 +135,9 @@ func (UnimplementedPickerServer) Pick(context.Context, *PickRequest) (*PickRespo
 }
 func (UnimplementedPickerServer) Done(context.Context, *DoneRequest) (*DoneResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Done not implemented")
+}
+func (UnimplementedPickerServer) FirstToken(context.Context, *FirstTokenRequest) (*FirstTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FirstToken not implemented")
 }
 func (UnimplementedPickerServer) mustEmbedUnimplementedPickerServer() {}
 func (UnimplementedPickerServer) testEmbeddedByValue()                {}
@@ -170,6 +196,24 @@ func _Picker_Done_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Picker_FirstToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FirstTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PickerServer).FirstToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Picker_FirstToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PickerServer).FirstToken(ctx, req.(*FirstTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Picker_ServiceDesc is the grpc.ServiceDesc for Picker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -184,6 +228,10 @@ var Picker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Done",
 			Handler:    _Picker_Done_Handler,
+		},
+		{
+			MethodName: "FirstToken",
+			Handler:    _Picker_FirstToken_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -71,7 +71,14 @@ func once(client pickerpb.PickerClient, id, model, prompt string, send, explain 
 	}
 	done := &pickerpb.DoneRequest{ReservationId: resp.GetReservationId()}
 	if send {
-		ttft, latency, connectErr, err := complete(resp.GetEndpoint().GetAddress(), model, prompt)
+		firstToken := func() {
+			// Tell the picker at once, not at Done: the request has left
+			// the pod's prefill queue. Best effort: Done settles it anyway.
+			fctx, fcancel := context.WithTimeout(context.Background(), time.Second)
+			defer fcancel()
+			_, _ = client.FirstToken(fctx, &pickerpb.FirstTokenRequest{ReservationId: resp.GetReservationId()})
+		}
+		ttft, latency, connectErr, err := complete(resp.GetEndpoint().GetAddress(), model, prompt, firstToken)
 		if err != nil {
 			done.Error = err.Error()
 			done.ConnectError = connectErr
@@ -94,9 +101,10 @@ func once(client pickerpb.PickerClient, id, model, prompt string, send, explain 
 }
 
 // complete streams an OpenAI completion from addr and returns the time to
-// the first byte of the body and to its end. connectErr reports that the
-// endpoint could not be reached at all.
-func complete(addr, model, prompt string) (ttft, latency time.Duration, connectErr bool, err error) {
+// the first byte of the body and to its end, calling firstByte when that
+// byte arrives. connectErr reports that the endpoint could not be reached
+// at all.
+func complete(addr, model, prompt string, firstByte func()) (ttft, latency time.Duration, connectErr bool, err error) {
 	body, _ := json.Marshal(map[string]any{"model": model, "prompt": prompt, "max_tokens": 32, "stream": true})
 	start := time.Now()
 	resp, err := http.Post("http://"+addr+"/v1/completions", "application/json", bytes.NewReader(body))
@@ -108,6 +116,7 @@ func complete(addr, model, prompt string) (ttft, latency time.Duration, connectE
 	r := bufio.NewReader(resp.Body)
 	if _, err := r.Peek(1); err == nil {
 		ttft = time.Since(start)
+		firstByte()
 	}
 	var sink bytes.Buffer
 	_, err = sink.ReadFrom(r)
