@@ -73,18 +73,21 @@ var (
 // hash to the set of slots holding the block (up to three slots inline in
 // the table's value, a bitset beyond); and per endpoint an LRU of the block
 // hashes it holds, sized from the endpoint's scraped KV-cache capacity,
-// whose evictions remove the slot from the block's set. Both tables are
-// this package's own open-addressing arrays of 16-byte slots (lru.go,
-// table.go) rather than Go maps and github.com/hashicorp/golang-lru/v2,
-// which the first version used: golang-lru's simplelru keeps a map entry and
-// a 64-byte list element per entry, 155 bytes per (block, endpoint) entry
-// in all, where these tables need about 50 (BenchmarkIndexMemory), and the
-// index holds millions of entries. Blocks are touched last to first, so an endpoint's LRU
-// evicts the tail of a prompt before its head, as vLLM evicts a freed
-// request's blocks tail first; with chained hashes this keeps what an
-// endpoint holds of any prompt a leading prefix, and Match finds every
-// candidate's prefix length by bisection over the prompt's blocks with one
-// map lookup per probe, never walking the chain once per endpoint.
+// whose evictions remove the slot from the block's set. Blocks are touched
+// last to first, so an endpoint's LRU evicts the tail of a prompt before its
+// head, as vLLM evicts a freed request's blocks tail first; with chained
+// hashes this keeps what an endpoint holds of any prompt a leading prefix,
+// and Match finds every candidate's prefix length by bisection over the
+// prompt's blocks with one table lookup per probe, never walking the chain
+// once per endpoint.
+//
+// Both tables are this package's own open-addressing arrays of 16-byte
+// slots (lru.go, table.go), not Go maps and the
+// github.com/hashicorp/golang-lru/v2 LRU that the first version used and
+// the issue named: simplelru keeps a Go map entry and a 64-byte list element
+// per entry, 155 bytes per (block, endpoint) entry in all, against a target
+// of 64, where these tables take about 51 (BenchmarkIndexMemory), and an
+// index holds millions of entries.
 //
 // Only every Stride-th block and the last block of a prompt are recorded
 // (IndexConfig.Stride), so a match is resolved to Stride blocks.
