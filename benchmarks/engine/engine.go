@@ -645,9 +645,12 @@ func (e *Engine) InFlight(dst []*Request) []*Request {
 
 // Reset models a pod restart: every running and waiting request is dropped
 // without an event (use InFlight first to fail them), the planned step is
-// discarded, the KV and prefix caches and the LoRA caches are emptied.
-// Cumulative counters (prefix hits/queries, preemptions, steps, tokens)
-// restart from zero, as a restarted vLLM's do.
+// discarded, the KV and prefix caches and the LoRA caches are emptied and
+// the adapters seen are forgotten. Cumulative counters (prefix
+// hits/queries, preemptions, steps, tokens) restart from zero, as a
+// restarted vLLM's do. A reset Engine behaves as one New returns for its
+// Config, and keeps its buffers, so a simulator can reuse it for another
+// run without allocating.
 func (e *Engine) Reset() {
 	for _, s := range e.running {
 		s.req = nil
@@ -668,7 +671,12 @@ func (e *Engine) Reset() {
 	e.pool.init(e.pool.numBlocks)
 	e.gpuLoRA.init(e.cfg.MaxLoRAs)
 	e.cpuLoRA.init(e.cfg.MaxCPULoRAs)
-	clear(e.runningCount)
-	clear(e.waitingCount)
+	clear(e.adapterIdx)
+	clear(e.adapters)
+	e.adapters = e.adapters[:0]
+	e.runningCount = e.runningCount[:0]
+	e.waitingCount = e.waitingCount[:0]
+	e.loraMark = e.loraMark[:0]
+	e.batchLoRAs = e.batchLoRAs[:0]
 	e.stats = Stats{NumBlocks: e.pool.numBlocks, BlockSize: e.blockSize, MaxLoRA: e.cfg.MaxLoRAs}
 }

@@ -621,6 +621,14 @@ func randomWorkload(seed uint64, n int) ([]time.Duration, []*Request) {
 func runOpen(t *testing.T, cfg Config, at []time.Duration, rs []*Request) *driver {
 	t.Helper()
 	d := newDriver(cfg)
+	runOpenOn(t, d, at, rs, nil)
+	return d
+}
+
+// runOpenOn runs the arrivals on d's engine until it is idle, appending
+// the engine's Stats after every step to stats if it is not nil.
+func runOpenOn(t *testing.T, d *driver, at []time.Duration, rs []*Request, stats *[]Stats) {
+	t.Helper()
 	next := 0
 	for next < len(rs) || !d.e.Idle() {
 		for next < len(rs) && at[next] <= d.now {
@@ -631,8 +639,48 @@ func runOpen(t *testing.T, cfg Config, at []time.Duration, rs []*Request) *drive
 			require.Less(t, next, len(rs), "stuck with work")
 			d.now = at[next]
 		}
+		if stats != nil {
+			*stats = append(*stats, d.e.Stats())
+		}
 	}
-	return d
+}
+
+func TestResetBehavesAsNew(t *testing.T) {
+	// An engine that ran one workload (other adapters first, a warm prefix
+	// cache, grown buffers) and was reset runs a second workload exactly
+	// as a new engine does: same steps, events and metric values,
+	// adapters listed in the same order.
+	cfg := unitConfig(512, 32, 300)
+	cfg.Profile = unitProfile(true)
+	cfg.MaxLoRAs = 2
+	at1, rs1 := randomWorkload(3, 300)
+	at2, rs2 := randomWorkload(4, 300)
+	// The first workload meets the second's adapters in the reverse order.
+	var order []string
+	for _, r := range rs2 {
+		if r.Adapter != "" && !slices.Contains(order, r.Adapter) {
+			order = append(order, r.Adapter)
+		}
+	}
+	require.Len(t, order, 3)
+	for i, a := range slices.Backward(order) {
+		rs1[2-i].Adapter = a
+	}
+
+	used := runOpen(t, cfg, at1, rs1)
+	used.e.Reset()
+	reused := &driver{e: used.e}
+	var reusedStats []Stats
+	runOpenOn(t, reused, at2, rs2, &reusedStats)
+
+	fresh := newDriver(cfg)
+	var freshStats []Stats
+	runOpenOn(t, fresh, at2, rs2, &freshStats)
+
+	require.Equal(t, fresh.steps, reused.steps)
+	require.Equal(t, fresh.events, reused.events)
+	require.Equal(t, freshStats, reusedStats)
+	assert.Positive(t, fresh.e.Stats().PrefixHits)
 }
 
 func TestDeterminismAndInvariants(t *testing.T) {

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/binary"
 	"slices"
 
 	"github.com/inferroute/inferroute/signals/prefix"
@@ -43,6 +44,10 @@ var corpus = func() []byte {
 	return c[:corpusBytes]
 }()
 
+// corpus2 is the corpus twice over, so that any cyclic read of up to
+// corpusBytes bytes from an offset in the corpus is one contiguous slice.
+var corpus2 = append(corpus[:corpusBytes:corpusBytes], corpus...)
+
 // tagLen is the length of the id tag that starts every block's text.
 const tagLen = 16
 
@@ -54,6 +59,19 @@ func splitmix64(x uint64) uint64 {
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
 	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
 	return x ^ (x >> 31)
+}
+
+// letters spells the eight 4-bit digits of x, least significant first,
+// as the letters a–p, one byte each, in a little-endian word: the nibbles
+// are spread to one per byte by the shift-and-mask steps of a bit
+// interleave (Warren, "Hacker's Delight", 2nd ed., §7-2), then offset to
+// 'a'.
+func letters(x uint32) uint64 {
+	v := uint64(x)
+	v = (v | v<<16) & 0x0000ffff0000ffff
+	v = (v | v<<8) & 0x00ff00ff00ff00ff
+	v = (v | v<<4) & 0x0f0f0f0f0f0f0f0f
+	return v + 0x6161616161616161
 }
 
 // appendBlockText appends n bytes of the synthetic text of content block id
@@ -68,32 +86,37 @@ func appendBlockText(dst []byte, id uint64, n int) []byte {
 	if n <= 0 {
 		return dst
 	}
+	dst = slices.Grow(dst, n)
+	l := len(dst)
+	fillBlockText(dst[l:l+n], id)
+	return dst[:l+n]
+}
+
+// fillBlockText fills b with the first len(b) bytes of the text of content
+// block id (see appendBlockText).
+func fillBlockText(b []byte, id uint64) {
 	h := splitmix64(id)
 	var tag [tagLen]byte
-	for i := range tag {
-		tag[i] = 'a' + byte(h>>(4*i))&0xf
+	binary.LittleEndian.PutUint64(tag[:8], letters(uint32(h)))
+	binary.LittleEndian.PutUint64(tag[8:], letters(uint32(h>>32)))
+	if copy(b, tag[:]) < tagLen {
+		return
 	}
-	if n <= tagLen {
-		return append(dst, tag[:n]...)
-	}
-	dst = append(dst, tag[:]...)
+	b = b[tagLen:]
 	// The corpus is read cyclically from the offset, so the offset does not
-	// depend on n.
+	// depend on n; every corpusBytes bytes the read is back at off.
 	off := int(splitmix64(h) % corpusBytes)
-	for rest := n - tagLen; rest > 0; off = 0 {
-		k := min(rest, corpusBytes-off)
-		dst = append(dst, corpus[off:off+k]...)
-		rest -= k
+	for len(b) > 0 {
+		b = b[copy(b, corpus2[off:off+min(len(b), corpusBytes)]):]
 	}
-	return dst
 }
 
 // promptText materialises the deterministic synthetic text of a request's
 // content blocks and hashes it with the library's own prefix hasher, so the
 // real prefix index sees realistic chained hashes. A block's text is cut
 // from a shared corpus (appendBlockText), which is cheaper than looking it
-// up in a per-block cache, so nothing is cached per block. Not safe for
-// concurrent use.
+// up in a per-block cache, so nothing is cached per block: the text is
+// written in place into one reused buffer. Not safe for concurrent use.
 type promptText struct {
 	hasher *prefix.Hasher
 	buf    []byte
@@ -115,10 +138,12 @@ func (p *promptText) hash(dst []uint64, model, adapter string, blocks []uint64, 
 	if n := promptTokens * BytesPerToken; n > 0 && n < total {
 		total = n
 	}
-	p.buf = slices.Grow(p.buf[:0], total)
+	p.buf = slices.Grow(p.buf[:0], total)[:total]
+	pos := 0
 	for _, id := range blocks {
-		p.buf = appendBlockText(p.buf, id, min(size, total-len(p.buf)))
-		if len(p.buf) >= total {
+		n := min(size, total-pos)
+		fillBlockText(p.buf[pos:pos+n], id)
+		if pos += n; pos >= total {
 			break
 		}
 	}

@@ -149,8 +149,16 @@ type Sim struct {
 	failed  int
 	evbuf   []engine.Event
 	col     collector
-	picking *flight // the flight being picked, for EngineRequest
-	stuck   error   // set when an engine stops advancing virtual time
+	pubs    []*signals.Metrics // scrape results awaiting their evPublish
+	pubFree []int32            // free indices of pubs
+	picking *flight            // the flight being picked, for EngineRequest
+	stuck   error              // set when an engine stops advancing virtual time
+
+	// Engines of the last run and their configurations: a run whose pod
+	// i has the same configuration resets engines[i] instead of building
+	// a new one, keeping its grown buffers.
+	engines []*engine.Engine
+	engCfgs []engine.Config
 }
 
 // maxZeroSteps is how many consecutive zero-duration steps (steps that only
@@ -251,13 +259,16 @@ func (s *Sim) Run(ctx context.Context, cfg Config, w *workload.Workload, f polic
 		case evArrival:
 			s.arrive(ctx)
 		case evDeliver:
-			s.deliver(ev.fl)
+			s.deliver(s.slab[ev.arg])
 		case evStepEnd:
 			s.stepEnd(s.pods[ev.pod])
 		case evScrape:
 			s.scrape(s.pods[ev.pod])
 		case evPublish:
-			s.pods[ev.pod].ep.SetMetrics(ev.m)
+			m := s.pubs[ev.arg]
+			s.pubs[ev.arg] = nil
+			s.pubFree = append(s.pubFree, ev.arg)
+			s.pods[ev.pod].ep.SetMetrics(m)
 		}
 		if n++; n&0xfff == 0 {
 			if err := ctx.Err(); err != nil {
@@ -281,6 +292,9 @@ func (s *Sim) reset(cfg Config, w *workload.Workload) {
 	s.failed = 0
 	s.picking = nil
 	s.stuck = nil
+	clear(s.pubs)
+	s.pubs = s.pubs[:0]
+	s.pubFree = s.pubFree[:0]
 	s.free = s.free[:0]
 	for i := len(s.slab) - 1; i >= 0; i-- {
 		s.free = append(s.free, int32(i))
@@ -294,7 +308,19 @@ func (s *Sim) reset(cfg Config, w *workload.Workload) {
 		if name == "" {
 			name = "pod-" + strconv.Itoa(i)
 		}
-		eng := engine.New(pc.Engine)
+		var eng *engine.Engine
+		if i < len(s.engines) && s.engCfgs[i] == pc.Engine {
+			eng = s.engines[i]
+			eng.Reset() // behaves as engine.New(pc.Engine)
+		} else {
+			eng = engine.New(pc.Engine)
+			if i < len(s.engines) {
+				s.engines[i], s.engCfgs[i] = eng, pc.Engine
+			} else {
+				s.engines = append(s.engines, eng)
+				s.engCfgs = append(s.engCfgs, pc.Engine)
+			}
+		}
 		ep := signals.NewEndpoint(signals.EndpointSpec{
 			Name:    name,
 			Address: fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250+1),
@@ -389,7 +415,7 @@ func (s *Sim) arrive(ctx context.Context) {
 	p := s.pods[i]
 	p.routed++
 	p.inTransit++
-	s.q.push(event{at: now + s.cfg.NetworkDelay, kind: evDeliver, pod: i, fl: fl})
+	s.q.push(event{at: now + s.cfg.NetworkDelay, kind: evDeliver, pod: i, arg: fl.slot})
 }
 
 // maxTokens is the max_tokens a simulated client sends for a request that
@@ -512,7 +538,16 @@ func (s *Sim) scrape(p *pod) {
 	if span := s.cfg.ScrapeLatencyMax - s.cfg.ScrapeLatencyMin; span > 0 {
 		lat += time.Duration(s.rng.Int64N(int64(span) + 1))
 	}
-	s.q.push(event{at: now + lat, kind: evPublish, pod: int32(p.idx), m: m})
+	var slot int32
+	if n := len(s.pubFree); n > 0 {
+		slot = s.pubFree[n-1]
+		s.pubFree = s.pubFree[:n-1]
+		s.pubs[slot] = m
+	} else {
+		slot = int32(len(s.pubs))
+		s.pubs = append(s.pubs, m)
+	}
+	s.q.push(event{at: now + lat, kind: evPublish, pod: int32(p.idx), arg: slot})
 	next := s.cfg.ScrapeInterval
 	if j := s.cfg.ScrapeJitter; j > 0 {
 		next = time.Duration(float64(next) * (1 + j*(2*s.rng.Float64()-1)))

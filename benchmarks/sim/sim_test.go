@@ -16,6 +16,7 @@ import (
 	"github.com/inferroute/inferroute/benchmarks/policy"
 	"github.com/inferroute/inferroute/benchmarks/workload"
 	"github.com/inferroute/inferroute/signals"
+	"github.com/inferroute/inferroute/signals/prefix"
 )
 
 func TestClock(t *testing.T) {
@@ -124,6 +125,39 @@ func TestBlockText(t *testing.T) {
 	for _, c := range long[1:] {
 		require.True(t, c == ' ' || c >= 'a' && c <= 'z', "lower-case pseudo-words, got %q", c)
 	}
+}
+
+// refBlockText is the definition of a block's text spelled out byte by
+// byte: the tag letter of each 4-bit digit of splitmix64(id), then the
+// corpus read cyclically from splitmix64(splitmix64(id)) mod its size.
+func refBlockText(id uint64, n int) []byte {
+	h := splitmix64(id)
+	out := make([]byte, 0, n)
+	for i := 0; i < n && i < tagLen; i++ {
+		out = append(out, 'a'+byte(h>>(4*i))&0xf)
+	}
+	off := int(splitmix64(h) % corpusBytes)
+	for i := 0; len(out) < n; i++ {
+		out = append(out, corpus[(off+i)%corpusBytes])
+	}
+	return out
+}
+
+func TestBlockTextMatchesDefinition(t *testing.T) {
+	for _, id := range []uint64{0, 1, 42, 1 << 40, ^uint64(0)} {
+		for _, n := range []int{1, 15, 16, 17, 64, 2048, corpusBytes + tagLen, 2*corpusBytes + 100} {
+			require.Equal(t, refBlockText(id, n), appendBlockText(nil, id, n), "id %d, %d bytes", id, n)
+		}
+	}
+	// The prompt is the blocks' texts end to end, cut at the prompt length.
+	p := newPromptText()
+	var want []byte
+	for _, id := range []uint64{5, 6, 7} {
+		want = append(want, refBlockText(id, 64)...)
+	}
+	want = want[:40*BytesPerToken]
+	assert.Equal(t, prefix.NewHasher(prefix.HashConfig{}).HashText(nil, "m", "a", want),
+		p.hash(nil, "m", "a", []uint64{5, 6, 7}, 16, 40))
 }
 
 func TestPromptHashesShareLeadingBlocks(t *testing.T) {
