@@ -36,6 +36,15 @@
 // client-supplied routing headers (HeaderDestination and
 // Config.StripHeaders) are removed before picking and forwarding.
 //
+// Upstream requests go through a built-in HTTP/1.1 client unless
+// Config.Transport is set: the handler's goroutine writes the request in
+// one write (one writev for a large body, which is never copied) and reads
+// the response itself, over a keep-alive pool per endpoint, so a request
+// costs no goroutine hand-offs (net/http.Transport's read and write loops)
+// and about half the allocations. Model servers speak HTTP/1.1 on plain TCP
+// behind a gateway; set Config.Transport (NewTransport, or any
+// http.RoundTripper) for TLS or HTTP/2 upstreams.
+//
 // Errors use OpenAI's shape {"error":{"message","type","param","code"}}:
 // 400 malformed JSON or headers, 404 model_not_found, 413 body over
 // Config.MaxBodyBytes (4 MiB by default), 429 with Retry-After when the
