@@ -198,20 +198,23 @@ var ErrTooLarge = errors.New("engine: request does not fit in the KV cache")
 var ErrInvalid = errors.New("engine: request needs PromptTokens >= 1 and OutputTokens >= 1")
 
 // seq is the engine's state of one request (vllm/v1/request.py, Request).
+// The fields every step reads come first, so that a decode step touches one
+// cache line of a seq.
 type seq struct {
-	req         *Request
 	numTokens   int // prompt tokens + generated tokens so far
 	numComputed int // tokens whose KV is computed (or scheduled this step)
 	generated   int
-	blocks      []int32  // block table
-	hashes      []uint64 // hash chain of the cacheable full prompt blocks
-	numCached   int      // leading entries of blocks registered in the prefix cache (or found there)
-	holder      int32    // the block holding hashes[numCached-1], plus one (see cacheFull)
-	cachedHit   int      // prompt tokens hit on first schedule
-	preemptions int
-	adapter     int32 // index into Engine.adapters, -1 for none
-	started     bool  // scheduled at least once (prefix stats counted)
+	output      int     // req.OutputTokens
+	numCached   int     // leading entries of blocks registered in the prefix cache (or found there)
+	blocks      []int32 // block table
+	adapter     int32   // index into Engine.adapters, -1 for none
+	holder      int32   // the block holding hashes[numCached-1], plus one (see cacheFull)
 	firstDone   bool
+	started     bool     // scheduled at least once (prefix stats counted)
+	hashes      []uint64 // hash chain of the cacheable full prompt blocks
+	req         *Request
+	cachedHit   int // prompt tokens hit on first schedule
+	preemptions int
 }
 
 // Engine is one simulated vLLM V1-like pod. It is not safe for concurrent
@@ -375,6 +378,7 @@ func (e *Engine) newSeq(r *Request) *seq {
 	}
 	s.req = r
 	s.numTokens = r.PromptTokens
+	s.output = r.OutputTokens
 	s.adapter = -1
 	if r.Adapter != "" {
 		s.adapter = e.adapterID(r.Adapter)
@@ -430,7 +434,10 @@ func (e *Engine) StartStep(now time.Duration) (d time.Duration, ok bool) {
 		if n <= 0 {
 			continue
 		}
-		for !e.allocate(s, n) {
+		// Most steps of a decoding request need no new block and have no
+		// block left to register: then allocate would do nothing.
+		noop := s.numComputed+n <= len(s.blocks)*e.blockSize && s.numCached >= len(s.hashes)
+		for !noop && !e.allocate(s, n) {
 			// Preempt the lowest-priority running request: under FCFS the
 			// newest, the tail of the running list.
 			victim := e.running[len(e.running)-1]
@@ -568,7 +575,7 @@ func (e *Engine) FinishStep(now time.Duration, out []Event) []Event {
 			s.firstDone = true
 			out = append(out, Event{Kind: FirstToken, Req: s.req, At: now, CachedTokens: s.cachedHit})
 		}
-		if s.generated >= s.req.OutputTokens {
+		if s.generated >= s.output {
 			out = append(out, Event{Kind: Finished, Req: s.req, At: now, CachedTokens: s.cachedHit, Preemptions: s.preemptions})
 			s.numTokens = -1 // mark for removal
 			finished = true
