@@ -126,6 +126,7 @@ func BenchmarkMatchParallel(b *testing.B) {
 	bi := buildBenchIndex(b, 64)
 	req := &signals.Request{PromptBlocks: bi.shared[:512]}
 	b.ReportAllocs()
+	b.ResetTimer() // RunParallel does not leave the index build out
 	b.RunParallel(func(pb *testing.PB) {
 		out := make([]float64, len(bi.eps))
 		for pb.Next() {
