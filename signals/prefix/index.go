@@ -98,17 +98,19 @@ var (
 type Index struct {
 	cfg IndexConfig
 
-	mu      sync.RWMutex
-	eps     map[*signals.Endpoint]*epState
-	bySlot  []*epState // slot → endpoint state, nil when free
-	free    []int32    // free slots
-	blocks  blockTable // block hash → holder set
-	words   int        // words per bitset; slots < words·64
-	sets    []uint64   // bitset slab: set k is sets[k·words : (k+1)·words]
-	setFree []uint32
-	nsets   int // bitsets in use
-	entries int // (block, endpoint) entries
-	epoch   uint64
+	mu       sync.RWMutex
+	eps      map[*signals.Endpoint]*epState
+	bySlot   []*epState // slot → endpoint state, nil when free
+	free     []int32    // free slots
+	blocks   blockTable // block hash → holder set
+	words    int        // words per bitset; slots < words·64
+	sets     []uint64   // bitset slab: set k is sets[k·words : (k+1)·words]
+	setFree  []uint32
+	nsets    int     // bitsets in use
+	lists    []int32 // list slab: list k is lists[k·listLen : (k+1)·listLen]
+	listFree []uint32
+	entries  int // (block, endpoint) entries
+	epoch    uint64
 	// version changes whenever an endpoint's state is created, dropped or
 	// reset for a new generation, so that Match can reuse the endpoint →
 	// slot resolution of its last call when it sees the same candidates.
@@ -208,7 +210,8 @@ func (ix *Index) Stats() IndexStats {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	s := IndexStats{Endpoints: len(ix.eps), Entries: ix.entries, Blocks: ix.blocks.Len()}
-	s.Bytes = ix.blocks.Bytes() + int64(cap(ix.sets))*8 + int64(len(ix.bySlot))*endpointBytes
+	s.Bytes = ix.blocks.Bytes() + int64(cap(ix.sets))*8 + int64(cap(ix.lists))*4 +
+		int64(len(ix.bySlot))*endpointBytes
 	for _, st := range ix.eps {
 		s.Bytes += st.lru.Bytes()
 	}
@@ -436,13 +439,25 @@ func (ix *Index) regrowSets(words int) {
 	ix.sets, ix.words = grown, words
 }
 
-// Holder sets, the values of ix.blocks. Inline: three 21-bit fields holding
-// slot+1 (0 = empty). Bitset: the top bit set and the set's number in the
-// low 32 bits. A set is never 0: blocks without holders are deleted.
+// Holder sets, the values of ix.blocks, in three forms by size:
+//   - inline (top bit clear): three 21-bit fields holding slot+1 (0 = empty);
+//   - list (top bits 11): list k of ix.lists, listLen slot numbers (-1 =
+//     empty), k in the low 32 bits;
+//   - bitset (top bits 10): set k of ix.sets, k in the low 32 bits.
+//
+// A fourth holder moves a block to a list when bitsets are wider than a
+// list (more than 256 endpoint slots), else to a bitset; a list that
+// overflows becomes a bitset. Lists keep pools of a thousand endpoints, whose
+// bitsets take 128 bytes, under 64 bytes per entry when prompts are shared
+// by a few endpoints each. A set is never 0: blocks without holders are
+// deleted.
 const (
 	fieldBits = 21
 	fieldMask = 1<<fieldBits - 1
 	bitsetTag = 1 << 63
+	listTag   = 3 << 62
+	tagMask   = 3 << 62
+	listLen   = 8
 )
 
 func (ix *Index) set(k uint64) []uint64 {
@@ -450,10 +465,67 @@ func (ix *Index) set(k uint64) []uint64 {
 	return ix.sets[int(k)*ix.words : (int(k)+1)*ix.words]
 }
 
+func (ix *Index) list(k uint64) []int32 {
+	k &= 0xffffffff
+	return ix.lists[int(k)*listLen : (int(k)+1)*listLen]
+}
+
+// newSet returns a free bitset, cleared, and its number.
+func (ix *Index) newSet() (uint32, []uint64) {
+	var k uint32
+	if n := len(ix.setFree); n > 0 {
+		k = ix.setFree[n-1]
+		ix.setFree = ix.setFree[:n-1]
+	} else {
+		k = uint32(len(ix.sets) / ix.words)
+		ix.sets = append(ix.sets, make([]uint64, ix.words)...)
+	}
+	ix.nsets++
+	return k, ix.set(uint64(k))
+}
+
+// newList returns a free list, emptied, and its number.
+func (ix *Index) newList() (uint32, []int32) {
+	var k uint32
+	if n := len(ix.listFree); n > 0 {
+		k = ix.listFree[n-1]
+		ix.listFree = ix.listFree[:n-1]
+	} else {
+		k = uint32(len(ix.lists) / listLen)
+		ix.lists = append(ix.lists, make([]int32, listLen)...)
+	}
+	l := ix.list(uint64(k))
+	for i := range l {
+		l[i] = -1
+	}
+	return k, l
+}
+
 func (ix *Index) addHolder(h uint64, slot int32) {
 	v := ix.blocks.Get(h)
-	if v&bitsetTag != 0 {
+	switch v & tagMask {
+	case bitsetTag:
 		ix.set(v)[slot>>6] |= 1 << (slot & 63)
+		return
+	case listTag:
+		l := ix.list(v)
+		for i, s := range l {
+			switch s {
+			case slot:
+				return
+			case -1:
+				l[i] = slot
+				return
+			}
+		}
+		// The list is full: move it to a bitset.
+		k, bs := ix.newSet()
+		for _, s := range l {
+			bs[s>>6] |= 1 << (s & 63)
+		}
+		bs[slot>>6] |= 1 << (slot & 63)
+		ix.listFree = append(ix.listFree, uint32(v))
+		ix.blocks.Put(h, bitsetTag|uint64(k))
 		return
 	}
 	f := uint64(slot) + 1
@@ -466,17 +538,17 @@ func (ix *Index) addHolder(h uint64, slot int32) {
 			return
 		}
 	}
-	// Three holders already: switch to a bitset.
-	var k uint32
-	if n := len(ix.setFree); n > 0 {
-		k = ix.setFree[n-1]
-		ix.setFree = ix.setFree[:n-1]
-	} else {
-		k = uint32(len(ix.sets) / ix.words)
-		ix.sets = append(ix.sets, make([]uint64, ix.words)...)
+	// Three holders already: switch to a list or a bitset.
+	if ix.words*8 > listLen*4 {
+		k, l := ix.newList()
+		for i := 0; i < 3; i++ {
+			l[i] = int32((v>>(i*fieldBits))&fieldMask) - 1
+		}
+		l[3] = slot
+		ix.blocks.Put(h, listTag|uint64(k))
+		return
 	}
-	ix.nsets++
-	bs := ix.set(uint64(k))
+	k, bs := ix.newSet()
 	for i := 0; i < 3; i++ {
 		s := (v>>(i*fieldBits))&fieldMask - 1
 		bs[s>>6] |= 1 << (s & 63)
@@ -487,10 +559,12 @@ func (ix *Index) addHolder(h uint64, slot int32) {
 
 func (ix *Index) removeHolder(h uint64, slot int32) {
 	v := ix.blocks.Get(h)
-	if v == 0 {
-		return
-	}
-	if v&bitsetTag != 0 {
+	switch v & tagMask {
+	case 0, 1 << 62:
+		if v == 0 {
+			return
+		}
+	case bitsetTag:
 		bs := ix.set(v)
 		bs[slot>>6] &^= 1 << (slot & 63)
 		for _, w := range bs {
@@ -501,6 +575,21 @@ func (ix *Index) removeHolder(h uint64, slot int32) {
 		ix.setFree = append(ix.setFree, uint32(v))
 		ix.nsets--
 		ix.blocks.Delete(h)
+		return
+	case listTag:
+		l := ix.list(v)
+		left := 0
+		for i, s := range l {
+			if s == slot {
+				l[i] = -1
+			} else if s >= 0 {
+				left++
+			}
+		}
+		if left == 0 {
+			ix.listFree = append(ix.listFree, uint32(v))
+			ix.blocks.Delete(h)
+		}
 		return
 	}
 	f := uint64(slot) + 1
@@ -693,7 +782,9 @@ func (ix *Index) split(hs []uint64, j, m int, set, held []uint64) bool {
 	if v == 0 {
 		return false
 	}
-	if v&bitsetTag != 0 {
+	found := false
+	switch v & tagMask {
+	case bitsetTag:
 		bs := ix.set(v)
 		var any uint64
 		for i, c := range set {
@@ -703,8 +794,19 @@ func (ix *Index) split(hs []uint64, j, m int, set, held []uint64) bool {
 			any |= h
 		}
 		return any != 0
+	case listTag:
+		for _, s := range ix.list(v) {
+			if s < 0 {
+				continue
+			}
+			if bit := uint64(1) << (s & 63); set[s>>6]&bit != 0 {
+				set[s>>6] &^= bit
+				held[s>>6] |= bit
+				found = true
+			}
+		}
+		return found
 	}
-	found := false
 	for f := 0; f < 3; f++ {
 		s := int32((v>>(f*fieldBits))&fieldMask) - 1
 		if s < 0 {

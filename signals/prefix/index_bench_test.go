@@ -160,28 +160,42 @@ func BenchmarkDispatched(b *testing.B) {
 // indexed blocks spread over 64 endpoints (distinct conversations of 1000
 // blocks behind a shared 128-block system prompt), and reports it per
 // (block, endpoint) entry and per prompt block covered, next to the index's
-// own estimate. With the default stride every fourth block is an entry.
+// own estimate. With the default stride every fourth block is an entry. The
+// last case spreads the same over 1024 endpoints with every conversation on
+// 4 of them, the case where holder sets outgrow their inline form and
+// bitsets are widest.
 func BenchmarkIndexMemory(b *testing.B) {
-	for _, stride := range []int{1, DefaultStride} {
-		b.Run(fmt.Sprintf("stride=%d", stride), func(b *testing.B) {
+	cases := []struct {
+		name                string
+		stride, eps, copies int
+	}{
+		{"stride=1", 1, 64, 1},
+		{"stride=4", DefaultStride, 64, 1},
+		{"stride=4/eps=1024/copies=4", DefaultStride, 1024, 4},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
 			var heap, entries, covered, estimate float64
 			for b.Loop() {
+				eps := newEndpoints(c.eps) // not part of the index
 				runtime.GC()
 				var before, after runtime.MemStats
 				runtime.ReadMemStats(&before)
-				ix, err := NewIndex(IndexConfig{Stride: stride, DefaultCapacity: 1 << 20})
+				ix, err := NewIndex(IndexConfig{Stride: c.stride, DefaultCapacity: 1 << 20})
 				if err != nil {
 					b.Fatal(err)
 				}
-				eps := newEndpoints(64)
 				system := chain(nil, 128, 1)
-				total := 0 // distinct (block, endpoint) pairs covered
+				total, sent := 0, 0 // distinct (block, endpoint) pairs covered; dispatches
 				for k := 0; total < 1_000_000; k++ {
 					conv := chain(system, 872, uint64(k)+2)
-					ix.Dispatched(&signals.Request{PromptBlocks: conv}, eps[k%len(eps)])
-					total += 872
-					if k < len(eps) {
-						total += len(system) // once per endpoint
+					for range c.copies {
+						ix.Dispatched(&signals.Request{PromptBlocks: conv}, eps[sent%len(eps)])
+						total += 872
+						if sent < len(eps) {
+							total += len(system) // once per endpoint
+						}
+						sent++
 					}
 				}
 				runtime.GC()

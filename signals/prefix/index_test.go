@@ -340,10 +340,11 @@ func TestIndexGauges(t *testing.T) {
 // is a stride position below a dispatched length L, or p == L-1.
 func TestMatchAgainstReference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	for _, stride := range []int{1, 3, 4} {
-		t.Run(fmt.Sprintf("stride=%d", stride), func(t *testing.T) {
+	for _, tc := range []struct{ stride, eps int }{{1, 70}, {3, 70}, {4, 70}, {1, 300}, {4, 300}} {
+		stride := tc.stride
+		t.Run(fmt.Sprintf("stride=%d/eps=%d", stride, tc.eps), func(t *testing.T) {
 			ix := newIndex(t, IndexConfig{Stride: stride, DefaultCapacity: 1 << 20})
-			eps := newEndpoints(70)
+			eps := newEndpoints(tc.eps)
 			chains := [][]uint64{chain(nil, 300, 1), chain(nil, 300, 2)}
 			held := make([][][]int, len(eps)) // endpoint → chain → dispatched lengths
 			for e, ep := range eps {
@@ -437,4 +438,70 @@ func TestMemoryBytesMatchesHeap(t *testing.T) {
 	runtime.KeepAlive(ix)
 	assert.InEpsilon(t, heap, float64(s.Bytes), 0.2, "heap %.0f bytes, reported %d", heap, s.Bytes)
 	assert.Less(t, heap/float64(s.Entries), 64.0, "bytes per (block, endpoint) entry")
+}
+
+// TestHolderSetForms moves blocks through every holder-set form (inline,
+// list, bitset) and back out, in pools with narrow and wide bitsets.
+func TestHolderSetForms(t *testing.T) {
+	tests := []struct {
+		name    string
+		pool    int // endpoints: 300 makes bitsets wider than lists
+		holders int
+		form    string // of the blocks' holder sets
+	}{
+		{"inline, narrow pool", 70, 3, "inline"},
+		{"bitset, narrow pool", 70, 6, "bitset"},
+		{"inline, wide pool", 300, 2, "inline"},
+		{"list, wide pool", 300, 4, "list"},
+		{"full list, wide pool", 300, listLen, "list"},
+		{"list overflows to bitset", 300, 40, "bitset"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := newIndex(t, IndexConfig{Stride: 1})
+			eps := newEndpoints(tc.pool)
+			for i, ep := range eps { // a slot for every endpoint, and a block of its own
+				ix.Dispatched(&signals.Request{PromptBlocks: chain(nil, 1, uint64(1000+i))}, ep)
+			}
+			blocks := chain(nil, 12, 7)
+			// Holders are spread over the pool: endpoint i·step for i < holders.
+			step := tc.pool / tc.holders
+			want := make([]float64, tc.pool)
+			for i := 0; i < tc.holders; i++ {
+				ix.Dispatched(&signals.Request{PromptBlocks: blocks}, eps[i*step])
+				want[i*step] = 1
+			}
+			require.Equal(t, want, match(ix, blocks, eps))
+			assert.Equal(t, tc.pool*1+tc.holders*len(blocks), ix.Stats().Entries)
+			for _, h := range blocks {
+				require.Equal(t, tc.form, holderForm(ix.blocks.Get(h)))
+			}
+
+			// A failed request removes one holder's pending entries.
+			last := eps[(tc.holders-1)*step]
+			ix.Completed(&signals.Request{PromptBlocks: blocks}, last, signals.Outcome{Err: errors.New("refused")})
+			want[(tc.holders-1)*step] = 0
+			require.Equal(t, want, match(ix, blocks, eps))
+			// Forgetting the others empties the blocks and frees every set.
+			for i := 0; i < tc.holders-1; i++ {
+				ix.Forget(eps[i*step])
+				want[i*step] = 0
+			}
+			require.Equal(t, want, match(ix, blocks, eps))
+			s := ix.Stats()
+			assert.Equal(t, s.Endpoints, s.Entries, "one block per remaining endpoint")
+			assert.Zero(t, ix.nsets, "bitsets in use")
+			assert.Equal(t, len(ix.lists)/listLen, len(ix.listFree), "lists in use")
+		})
+	}
+}
+
+func holderForm(v uint64) string {
+	switch v & tagMask {
+	case listTag:
+		return "list"
+	case bitsetTag:
+		return "bitset"
+	}
+	return "inline"
 }
