@@ -106,6 +106,19 @@ type Request struct {
 	OutputTokens int
 	// Adapter is the LoRA adapter name, or "" for the base model.
 	Adapter string
+	// PromptHashes optionally carries the prompt's prefix hashes as the
+	// caller computed them (a gateway hashes prompts too):
+	// PromptHashes[j] identifies the adapter and the first (j+1)·HashTokens
+	// tokens of the prompt's content blocks, so equal prefixes have equal
+	// hashes and different ones different hashes. When HashTokens equals
+	// the engine's BlockSize, no hash is 0 and there is one for every full
+	// KV block inside the content blocks, the engine uses them as its
+	// prefix-cache keys instead of hashing Blocks itself (which gives the
+	// same hits, up to 64-bit collisions). The engine keeps the slice
+	// while it holds the Request.
+	PromptHashes []uint64
+	// HashTokens is the number of tokens per entry of PromptHashes.
+	HashTokens int
 }
 
 // EventKind says what happened to a request.
@@ -198,20 +211,24 @@ var ErrTooLarge = errors.New("engine: request does not fit in the KV cache")
 var ErrInvalid = errors.New("engine: request needs PromptTokens >= 1 and OutputTokens >= 1")
 
 // seq is the engine's state of one request (vllm/v1/request.py, Request).
-// The fields every step reads come first, so that a decode step touches one
-// cache line of a seq.
+// Every field a decode step reads lies in its first 64 bytes, one cache
+// line: the simulator is bound by memory accesses per running request and
+// step. Token counts are int32 for that (a prompt has far fewer than 2³¹
+// tokens).
 type seq struct {
-	numTokens   int // prompt tokens + generated tokens so far
-	numComputed int // tokens whose KV is computed (or scheduled this step)
-	generated   int
-	output      int     // req.OutputTokens
-	numCached   int     // leading entries of blocks registered in the prefix cache (or found there)
-	blocks      []int32 // block table
-	adapter     int32   // index into Engine.adapters, -1 for none
-	holder      int32   // the block holding hashes[numCached-1], plus one (see cacheFull)
-	firstDone   bool
+	numTokens   int32    // prompt tokens + generated tokens so far
+	numComputed int32    // tokens whose KV is computed (or scheduled this step)
+	generated   int32    // output tokens produced
+	output      int32    // req.OutputTokens
+	numCached   int32    // leading entries of blocks registered in the prefix cache (or found there)
+	numHashes   int32    // len(hashes)
+	adapter     int32    // index into Engine.adapters, -1 for none
+	holder      int32    // the block holding hashes[numCached-1], plus one (see cacheFull)
+	firstDone   bool     // FirstToken reported
 	started     bool     // scheduled at least once (prefix stats counted)
-	hashes      []uint64 // hash chain of the cacheable full prompt blocks
+	blocks      []int32  // block table
+	hashes      []uint64 // hash chain of the cacheable full prompt blocks: own or the Request's PromptHashes
+	own         []uint64 // the seq's own buffer for hashes
 	req         *Request
 	cachedHit   int // prompt tokens hit on first schedule
 	preemptions int
@@ -371,14 +388,14 @@ func (e *Engine) newSeq(r *Request) *seq {
 	if n := len(e.free); n > 0 {
 		s = e.free[n-1]
 		e.free = e.free[:n-1]
-		blocks, hashes := s.blocks[:0], s.hashes[:0]
-		*s = seq{blocks: blocks, hashes: hashes}
+		blocks, own := s.blocks[:0], s.own[:0]
+		*s = seq{blocks: blocks, own: own}
 	} else {
 		s = &seq{}
 	}
 	s.req = r
-	s.numTokens = r.PromptTokens
-	s.output = r.OutputTokens
+	s.numTokens = int32(r.PromptTokens)
+	s.output = int32(r.OutputTokens)
 	s.adapter = -1
 	if r.Adapter != "" {
 		s.adapter = e.adapterID(r.Adapter)
@@ -430,13 +447,13 @@ func (e *Engine) StartStep(now time.Duration) (d time.Duration, ok bool) {
 	preempted := false
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		s := e.running[i]
-		n := min(s.numTokens-s.numComputed, budget)
+		n := min(int(s.numTokens-s.numComputed), budget)
 		if n <= 0 {
 			continue
 		}
 		// Most steps of a decoding request need no new block and have no
 		// block left to register: then allocate would do nothing.
-		noop := s.numComputed+n <= len(s.blocks)*e.blockSize && s.numCached >= len(s.hashes)
+		noop := int(s.numComputed)+n <= len(s.blocks)*e.blockSize && s.numCached >= s.numHashes
 		for !noop && !e.allocate(s, n) {
 			// Preempt the lowest-priority running request: under FCFS the
 			// newest, the tail of the running list.
@@ -511,14 +528,14 @@ func (e *Engine) account(s *seq, n int) {
 	w := &e.work
 	w.tokens += n
 	if n == 1 && s.generated > 0 && s.numComputed == s.numTokens-1 {
-		w.decodeKV += s.numTokens
+		w.decodeKV += int(s.numTokens)
 	} else {
 		w.prefillPairs += float64(n) * (float64(s.numComputed) + float64(n)/2)
 	}
-	if s.numComputed+n == s.numTokens {
+	if int(s.numComputed)+n == int(s.numTokens) {
 		w.samples++
 	}
-	s.numComputed += n
+	s.numComputed += int32(n)
 	e.sched = append(e.sched, s)
 	if s.adapter >= 0 {
 		w.loraLoad += e.useLoRA(s.adapter)
@@ -594,7 +611,7 @@ func (e *Engine) FinishStep(now time.Duration, out []Event) []Event {
 			if s.adapter >= 0 {
 				e.runningCount[s.adapter]--
 			}
-			s.req = nil
+			s.req, s.hashes = nil, nil
 			e.free = append(e.free, s)
 		}
 		clear(e.running[j:])
@@ -660,14 +677,14 @@ func (e *Engine) InFlight(dst []*Request) []*Request {
 // run without allocating.
 func (e *Engine) Reset() {
 	for _, s := range e.running {
-		s.req = nil
+		s.req, s.hashes = nil, nil
 		e.free = append(e.free, s)
 	}
 	clear(e.running)
 	e.running = e.running[:0]
 	for e.waiting.len() > 0 {
 		s := e.waiting.popFront()
-		s.req = nil
+		s.req, s.hashes = nil, nil
 		e.free = append(e.free, s)
 	}
 	clear(e.sched)

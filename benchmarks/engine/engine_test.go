@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"encoding/binary"
+	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -1072,4 +1075,95 @@ func TestEventKindString(t *testing.T) {
 	assert.Equal(t, "Finished", Finished.String())
 	assert.Equal(t, "Preempted", Preempted.String())
 	assert.Equal(t, "EventKind(9)", EventKind(9).String())
+}
+
+func TestPromptHashesStandInForTheEnginesOwn(t *testing.T) {
+	cfg := unitConfig(512, 32, 300)
+	cfg.Profile = unitProfile(true)
+	cfg.MaxLoRAs = 2
+	run := func(hashes func(r *Request) ([]uint64, int)) *driver {
+		at, rs := randomWorkload(42, 300)
+		for _, r := range rs {
+			r.PromptHashes, r.HashTokens = hashes(r)
+		}
+		return runOpen(t, cfg, at, rs)
+	}
+	// chain is an independent prefix hash per 16 tokens: FNV-1a over the
+	// adapter, then over the content-block id and offset of each token.
+	chain := func(r *Request) []uint64 {
+		h := fnv.New64a()
+		h.Write([]byte(r.Adapter))
+		var out []uint64
+		covered := min(r.PromptTokens, len(r.Blocks)*r.BlockTokens)
+		var buf [16]byte
+		for tok := range covered {
+			binary.LittleEndian.PutUint64(buf[:8], r.Blocks[tok/r.BlockTokens])
+			binary.LittleEndian.PutUint64(buf[8:], uint64(tok%r.BlockTokens))
+			h.Write(buf[:])
+			if (tok+1)%16 == 0 {
+				out = append(out, h.Sum64())
+			}
+		}
+		return out
+	}
+	unique := func(r *Request) []uint64 {
+		out := chain(r)
+		for i := range out {
+			out[i] = mix64(r.ID<<20|uint64(i)) | 1
+		}
+		return out
+	}
+	// outcome is what a run reports per request, by request ID.
+	type outcome struct {
+		kind                EventKind
+		id                  uint64
+		at                  time.Duration
+		cached, preemptions int
+	}
+	outcomes := func(d *driver) []outcome {
+		out := make([]outcome, len(d.events))
+		for i, ev := range d.events {
+			out[i] = outcome{ev.Kind, ev.Req.ID, ev.At, ev.CachedTokens, ev.Preemptions}
+		}
+		return out
+	}
+	plain := run(func(*Request) ([]uint64, int) { return nil, 0 })
+	require.Positive(t, plain.e.Stats().PrefixHits)
+
+	equivalent := run(func(r *Request) ([]uint64, int) { return chain(r), 16 })
+	assert.Equal(t, outcomes(plain), outcomes(equivalent), "an equivalent chain gives the same run")
+	assert.Equal(t, plain.steps, equivalent.steps)
+
+	used := run(func(r *Request) ([]uint64, int) { return unique(r), 16 })
+	assert.Zero(t, used.e.Stats().PrefixHits, "hashes that share nothing are used: no hits")
+
+	for name, h := range map[string]func(r *Request) ([]uint64, int){
+		"other block size": func(r *Request) ([]uint64, int) { return unique(r), 32 },
+		"too short": func(r *Request) ([]uint64, int) {
+			u := unique(r)
+			if len(u) == 0 {
+				return u, 16
+			}
+			return u[:len(u)-1], 16
+		},
+		"a zero hash": func(r *Request) ([]uint64, int) {
+			u := unique(r)
+			if len(u) > 0 {
+				u[0] = 0
+			}
+			return u, 16
+		},
+	} {
+		ignored := run(h)
+		assert.Equal(t, outcomes(plain), outcomes(ignored), "%s: the engine hashes the prompt itself", name)
+	}
+}
+
+func TestSeqHotFieldsFitOneCacheLine(t *testing.T) {
+	// A decode step reads the token counts, the adapter, the flags and the
+	// block table's header of every running request: keep them in the
+	// first 64 bytes of a seq.
+	var s seq
+	assert.LessOrEqual(t, unsafe.Offsetof(s.blocks)+unsafe.Sizeof(s.blocks), uintptr(64))
+	assert.Less(t, unsafe.Offsetof(s.started), unsafe.Offsetof(s.blocks))
 }

@@ -1,6 +1,9 @@
 package engine
 
-import "math/bits"
+import (
+	"math/bits"
+	"slices"
+)
 
 // This file is the paged KV cache with automatic prefix caching, after
 // vLLM V1's KV cache manager (vllm/v1/core/kv_cache_manager.py,
@@ -463,8 +466,12 @@ func adapterSeed(name string) uint64 {
 // content blocks it overlaps and its offset in the first of them, so it
 // identifies the whole prefix up to it (and, through the root, the
 // adapter), as vLLM's hash_block_tokens does with token ids.
+//
+// A Request's own PromptHashes stand in for the chain when they fit (see
+// Request.PromptHashes); s.hashes then shares their array.
 func (e *Engine) hashPrompt(s *seq) {
-	s.hashes = s.hashes[:0]
+	s.hashes = nil
+	s.numHashes = 0
 	if !e.cfg.EnablePrefixCaching {
 		return
 	}
@@ -473,13 +480,24 @@ func (e *Engine) hashPrompt(s *seq) {
 	if bt <= 0 {
 		bt = e.blockSize
 	}
+	full := min(r.PromptTokens, len(r.Blocks)*bt) / e.blockSize
+	if r.HashTokens == e.blockSize && len(r.PromptHashes) >= full && !slices.Contains(r.PromptHashes[:full], 0) {
+		s.hashes = r.PromptHashes[:full:full]
+	} else {
+		s.own = e.appendHashes(s.own[:0], r, bt, full)
+		s.hashes = s.own
+	}
+	s.numHashes = int32(full)
+}
+
+// appendHashes appends the first full hashes of r's chain to dst, for
+// content blocks of bt tokens.
+func (e *Engine) appendHashes(dst []uint64, r *Request, bt, full int) []uint64 {
 	bs := e.blockSize
-	covered := min(r.PromptTokens, len(r.Blocks)*bt)
 	h := uint64(0x243f6a8885a308d3)
 	if r.Adapter != "" {
 		h = adapterSeed(r.Adapter)
 	}
-	full := covered / bs
 	if bt%bs == 0 {
 		// Fast path: every KV block lies inside one content block.
 		per := bt / bs
@@ -487,11 +505,11 @@ func (e *Engine) hashPrompt(s *seq) {
 			id := r.Blocks[j/per]
 			for off := j % per; off < per && j < full; off++ {
 				h = chain(h, blockKey(id, off*bs))
-				s.hashes = append(s.hashes, h|1)
+				dst = append(dst, h|1)
 				j++
 			}
 		}
-		return
+		return dst
 	}
 	for j := range full {
 		first := j * bs / bt
@@ -500,8 +518,9 @@ func (e *Engine) hashPrompt(s *seq) {
 		for c := first + 1; c <= last; c++ {
 			h = chain(h, r.Blocks[c])
 		}
-		s.hashes = append(s.hashes, h|1)
+		dst = append(dst, h|1)
 	}
+	return dst
 }
 
 // admit plans the first chunk of a waiting request: it looks up its
@@ -512,7 +531,7 @@ func (e *Engine) hashPrompt(s *seq) {
 func (e *Engine) admit(s *seq, budget int) (int, bool) {
 	bs := e.blockSize
 	hits := e.hits[:0]
-	maxHit := min(len(s.hashes), (s.numTokens-1)/bs)
+	maxHit := min(len(s.hashes), int(s.numTokens-1)/bs)
 	evictable := 0
 	parent := noBlock
 	for j := 0; j < maxHit; j++ {
@@ -528,7 +547,7 @@ func (e *Engine) admit(s *seq, budget int) (int, bool) {
 	}
 	e.hits = hits
 	computed := len(hits) * bs
-	n := min(s.numTokens-computed, budget)
+	n := min(int(s.numTokens)-computed, budget)
 	need := (computed+n+bs-1)/bs - len(hits)
 	if need+evictable > e.pool.numFree {
 		return 0, false
@@ -537,9 +556,9 @@ func (e *Engine) admit(s *seq, budget int) (int, bool) {
 		e.pool.touch(b)
 	}
 	s.blocks = append(s.blocks[:0], hits...)
-	s.numCached = len(hits)
+	s.numCached = int32(len(hits))
 	s.holder = parent
-	s.numComputed = computed
+	s.numComputed = int32(computed)
 	if !s.started {
 		s.cachedHit = computed
 	}
@@ -554,7 +573,7 @@ func (e *Engine) admit(s *seq, budget int) (int, bool) {
 // reports false (allocating nothing) if too few blocks are free.
 func (e *Engine) allocate(s *seq, n int) bool {
 	bs := e.blockSize
-	upTo := s.numComputed + n
+	upTo := int(s.numComputed) + n
 	if upTo > len(s.blocks)*bs {
 		need := (upTo+bs-1)/bs - len(s.blocks)
 		if need > e.pool.numFree {
@@ -564,7 +583,7 @@ func (e *Engine) allocate(s *seq, n int) bool {
 			s.blocks = append(s.blocks, e.pool.take())
 		}
 	}
-	if s.numCached < len(s.hashes) {
+	if s.numCached < s.numHashes {
 		e.cacheFull(s, upTo)
 	}
 	return true
@@ -576,11 +595,11 @@ func (e *Engine) allocate(s *seq, n int) bool {
 // the hash of block numCached-1, which each registration chains from.
 func (e *Engine) cacheFull(s *seq, upTo int) {
 	limit := min(upTo/e.blockSize, len(s.hashes))
-	if limit <= s.numCached {
+	if limit <= int(s.numCached) {
 		return
 	}
-	s.holder = e.pool.registerChain(s.blocks, s.hashes, s.numCached, limit, s.holder)
-	s.numCached = limit
+	s.holder = e.pool.registerChain(s.blocks, s.hashes, int(s.numCached), limit, s.holder)
+	s.numCached = int32(limit)
 }
 
 // registerChain registers blocks[j] as holding hs[j] for j in
@@ -637,12 +656,13 @@ func (e *Engine) PrefixHitTokens(r *Request) int {
 	}
 	e.scratch.req = r
 	e.hashPrompt(&e.scratch)
-	e.scratch.req = nil
-	maxHit := min(len(e.scratch.hashes), (r.PromptTokens-1)/e.blockSize)
+	hs := e.scratch.hashes
+	e.scratch.req, e.scratch.hashes = nil, nil
+	maxHit := min(len(hs), (r.PromptTokens-1)/e.blockSize)
 	hit := 0
 	parent := noBlock
 	for hit < maxHit {
-		b, ok := e.pool.lookup(e.scratch.hashes[hit], parent)
+		b, ok := e.pool.lookup(hs[hit], parent)
 		if !ok {
 			break
 		}

@@ -14,6 +14,11 @@ import (
 // is exactly four hash blocks.
 const BytesPerToken = 4
 
+// hashTokens is the number of prompt tokens per prefix hash: the default
+// hash block of the library's hasher (64 bytes) at BytesPerToken, 16 tokens,
+// vLLM's default KV block.
+const hashTokens = prefix.DefaultBlockBytes / BytesPerToken
+
 // words are the vocabulary of the synthetic prompt text.
 var words = [...]string{
 	"the", "model", "router", "token", "cache", "prefix", "query", "answer",
@@ -99,6 +104,13 @@ func fillBlockText(b []byte, id uint64) {
 	var tag [tagLen]byte
 	binary.LittleEndian.PutUint64(tag[:8], letters(uint32(h)))
 	binary.LittleEndian.PutUint64(tag[8:], letters(uint32(h>>32)))
+	if len(b) == 64 {
+		// The common case, a 16-token block: fixed-size moves, no calls.
+		off := splitmix64(h) % corpusBytes
+		*(*[tagLen]byte)(b) = tag
+		*(*[64 - tagLen]byte)(b[tagLen:]) = *(*[64 - tagLen]byte)(corpus2[off:])
+		return
+	}
 	if copy(b, tag[:]) < tagLen {
 		return
 	}

@@ -384,6 +384,10 @@ func (s *Sim) arrive(ctx context.Context) {
 		Adapter:      wr.Adapter,
 	}
 	fl.blocks = s.text.hash(fl.blocks[:0], s.cfg.Model, wr.Adapter, wr.Blocks, wr.BlockTokens, wr.PromptTokens)
+	// The engine keys its prefix cache by the same hashes when its block
+	// size matches (the gateway's hashes and vLLM's both identify a
+	// prefix), and hashes the prompt itself otherwise.
+	fl.ereq.PromptHashes, fl.ereq.HashTokens = fl.blocks, hashTokens
 	fl.sreq = signals.Request{
 		Model:           s.cfg.Model,
 		Adapter:         wr.Adapter,
