@@ -5,21 +5,45 @@
 # routing table, scoring, picking, proxying). Two bodies: a 1 KB chat
 # request and a 220 KB prompt. Prints a table of requests/s and p50/p99.
 #
+# Three measurements, each the same for the three targets, in one run:
+#   1. saturation: wrk closed loop, CONNS connections, ROUNDS rounds in
+#      alternation, each target's median round (by requests/s);
+#   2. fixed rate: vegeta (open loop, latency from each request's scheduled
+#      start) at the same rate for the three targets, below every target's
+#      saturation, so that p99 is the proxy's added time and not queueing;
+#   3. unloaded: wrk with one connection.
+# Pinning: when taskset is present and there are at least 2 CPUs, the load
+# generators run on LOAD_CPUS and every server (backends, nginx, gateway)
+# on SERVER_CPUS, so that the load generator does not take CPU from the
+# server under test; nginx gets one worker per server CPU and Go's
+# GOMAXPROCS follows the affinity mask.
+#
 # Usage: benchmarks/overhead/run.sh            (from anywhere in the repo)
-# Environment: DURATION (10s per run), CONNS (150), THREADS (2),
-#              BACKENDS (2), ROUNDS (3), BASE_PORT (18100).
-# Everything listens on 127.0.0.1 only. The targets are measured in
-# alternation, ROUNDS times, and the table shows each one's median round
-# (by requests/s), so that a burst of other load on the machine does not
-# fall on one target only.
+# Environment: DURATION (10s per run), CONNS (150), THREADS (wrk threads:
+#              one per load CPU), BACKENDS (2), ROUNDS (3), BASE_PORT
+#              (18100), PIN (1 = pin when possible, 0 = never), LOAD_CPUS
+#              and SERVER_CPUS (taskset lists; default: the first half of
+#              the CPUs for load, the rest for servers), RATE_1KB and
+#              RATE_220KB (fixed rates in req/s; default half the lowest
+#              median saturation rate of the three targets for that body),
+#              FIXED=0 to skip the fixed-rate runs, VEGETA (path of a
+#              vegeta binary; default: built with go install from the Go
+#              module proxy), OUT (a directory to keep the raw outputs
+#              and, with PROFILE=1, CPU profiles of the gateway taken
+#              during its first saturation run of each body).
+# Everything listens on 127.0.0.1 only.
 set -euo pipefail
 
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-150}
-THREADS=${THREADS:-2}
 BACKENDS=${BACKENDS:-2}
 ROUNDS=${ROUNDS:-3}
 BASE_PORT=${BASE_PORT:-18100}
+PIN=${PIN:-1}
+FIXED=${FIXED:-1}
+PROFILE=${PROFILE:-0}
+OUT=${OUT:-}
+VEGETA_VERSION=v12.13.0
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=$(mktemp -d /tmp/inferroute-overhead.XXXXXX)
@@ -50,6 +74,45 @@ log "building backend and gateway"
 (cd "$ROOT" && go build -o "$WORK/backend" ./benchmarks/overhead/backend)
 (cd "$ROOT" && go build -o "$WORK/gateway" ./examples/gateway)
 
+VEGETA=${VEGETA:-$(command -v vegeta || true)}
+if [ "$FIXED" = 1 ] && [ -z "$VEGETA" ]; then
+	log "building vegeta $VEGETA_VERSION (open-loop load generator) with go install"
+	if GOBIN="$WORK/bin" GOWORK=off GOFLAGS=-mod=mod go install "github.com/tsenart/vegeta/v12@$VEGETA_VERSION" >&2; then
+		VEGETA="$WORK/bin/vegeta"
+	else
+		log "vegeta is not available: skipping the fixed-rate runs"
+		FIXED=0
+	fi
+fi
+
+# --- CPU pinning -------------------------------------------------------------
+NCPU=$(nproc)
+LOAD=()
+SRV=()
+if [ "$PIN" = 1 ] && [ "$NCPU" -ge 2 ] && command -v taskset >/dev/null; then
+	half=$((NCPU / 2))
+	LOAD_CPUS=${LOAD_CPUS:-0-$((half - 1))}
+	SERVER_CPUS=${SERVER_CPUS:-$half-$((NCPU - 1))}
+	LOAD=(taskset -c "$LOAD_CPUS")
+	SRV=(taskset -c "$SERVER_CPUS")
+	PINNING="load generators on CPUs $LOAD_CPUS, servers on CPUs $SERVER_CPUS (taskset)"
+else
+	LOAD_CPUS=""
+	SERVER_CPUS=""
+	PINNING="not pinned: load generators and servers share all $NCPU CPUs"
+fi
+# count_cpus LIST prints how many CPUs a taskset list names (all when empty).
+count_cpus() {
+	if [ -z "$1" ]; then
+		echo "$NCPU"
+		return
+	fi
+	echo "$1" | tr ',' '\n' | awk -F- '{ n += (NF == 2 ? $2 - $1 + 1 : 1) } END { print n }'
+}
+THREADS=${THREADS:-$(count_cpus "$LOAD_CPUS")}
+NGINX_WORKERS=$(count_cpus "$SERVER_CPUS")
+log "$PINNING"
+
 # --- processes -------------------------------------------------------------
 wait_port() {
 	for _ in $(seq 1 200); do
@@ -64,7 +127,7 @@ UPSTREAMS=""
 ENDPOINTS=""
 for i in $(seq 1 "$BACKENDS"); do
 	port=$((BASE_PORT + i))
-	"$WORK/backend" -listen "127.0.0.1:$port" &
+	"${SRV[@]}" "$WORK/backend" -listen "127.0.0.1:$port" &
 	PIDS+=($!)
 	UPSTREAMS+="    server 127.0.0.1:$port;"$'\n'
 	ENDPOINTS+="      - {name: be-$i, address: 127.0.0.1:$port, engine: vllm}"$'\n'
@@ -78,7 +141,7 @@ USER_LINE=""
 if [ "$(id -u)" = 0 ]; then USER_LINE="user root;"; fi
 cat >"$WORK/nginx/nginx.conf" <<EOF
 $USER_LINE
-worker_processes auto;
+worker_processes $NGINX_WORKERS;
 daemon off;
 pid $WORK/nginx/nginx.pid;
 error_log $WORK/nginx/logs/error.log warn;
@@ -103,7 +166,7 @@ $UPSTREAMS
   }
 }
 EOF
-"$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
+"${SRV[@]}" "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" &
 PIDS+=($!)
 
 cat >"$WORK/gateway.yaml" <<EOF
@@ -116,7 +179,10 @@ pools:
     endpoints:
 $ENDPOINTS
 EOF
-"$WORK/gateway" -config "$WORK/gateway.yaml" &
+PPROF_PORT=$((BASE_PORT + 91))
+GATEWAY_FLAGS=()
+if [ "$PROFILE" = 1 ]; then GATEWAY_FLAGS=(-pprof "127.0.0.1:$PPROF_PORT"); fi
+"${SRV[@]}" "$WORK/gateway" -config "$WORK/gateway.yaml" "${GATEWAY_FLAGS[@]}" &
 PIDS+=($!)
 
 wait_port "$DIRECT_PORT"
@@ -160,7 +226,7 @@ done
 # run NAME PORT BODY [CONNS THREADS] prints "name body rps p50ms p99ms errors".
 run() {
 	local out
-	out=$(BODY_FILE="$WORK/body-$3.json" wrk -t"${5:-$THREADS}" -c"${4:-$CONNS}" -d"$DURATION" --latency \
+	out=$(BODY_FILE="$WORK/body-$3.json" "${LOAD[@]}" wrk -t"${5:-$THREADS}" -c"${4:-$CONNS}" -d"$DURATION" --latency \
 		-s "$WORK/post.lua" "http://127.0.0.1:$2/v1/chat/completions")
 	echo "$out" >"$WORK/wrk-$1-$3-${4:-$CONNS}.txt"
 	echo "$out" | awk -v name="$1" -v body="$3" '
@@ -186,6 +252,12 @@ for round in $(seq 1 "$ROUNDS"); do
 			name=${target%%:*}
 			port=${target##*:}
 			log "round $round/$ROUNDS: wrk $name $body ($CONNS connections, $DURATION)"
+			if [ "$PROFILE" = 1 ] && [ "$round" = 1 ] && [ "$name" = gateway ]; then
+				secs=${DURATION%s}
+				if ! [[ $secs =~ ^[0-9]+$ ]]; then secs=10; fi
+				secs=$((secs > 4 ? secs - 2 : 2))
+				curl -s -o "$WORK/gateway-$body.pprof" "http://127.0.0.1:$PPROF_PORT/debug/pprof/profile?seconds=$secs" &
+			fi
 			line=$(run "$name" "$port" "$body")
 			log "  $line"
 			RESULTS+=("$line")
@@ -199,6 +271,55 @@ for body in 1KB 220KB; do
 			sort -k3,3n | sed -n "$(((ROUNDS + 1) / 2))p")")
 	done
 done
+
+# Fixed rate: vegeta sends at a constant rate whatever the answers' latency
+# (an open loop: a slow answer does not delay the next request, so queueing
+# shows in the latency instead of lowering the rate, unlike a closed-loop
+# wrk). The rate is the same for the three targets, below all of their
+# saturation rates. Like the saturation runs, the targets alternate, ROUNDS
+# times, and the table shows each one's median round, here by p99.
+FIXEDR=()
+RATES=()
+if [ "$FIXED" = 1 ]; then
+	for body in 1KB 220KB; do
+		var="RATE_$body"
+		rate=${!var:-}
+		if [ -z "$rate" ]; then
+			rate=$(printf '%s\n' "${MEDIANS[@]}" | awk -v b="$body" '$2 == b { if (min == "" || $3 < min) min = $3 } END { printf "%d", min / 2 }')
+		fi
+		RATES+=("$body:$rate")
+	done
+	ALLFIXED=()
+	for round in $(seq 1 "$ROUNDS"); do
+		for br in "${RATES[@]}"; do
+			body=${br%%:*}
+			rate=${br##*:}
+			for target in direct:$DIRECT_PORT nginx:$NGINX_PORT gateway:$GATEWAY_PORT; do
+				name=${target%%:*}
+				port=${target##*:}
+				printf 'POST http://127.0.0.1:%s/v1/chat/completions\nContent-Type: application/json\n@%s\n' \
+					"$port" "$WORK/body-$body.json" >"$WORK/targets-$name-$body.txt"
+				log "fixed rate, round $round/$ROUNDS: vegeta $name $body ($rate req/s, $DURATION, at most $CONNS connections)"
+				res="$WORK/vegeta-$name-$body-$round"
+				"${LOAD[@]}" "$VEGETA" attack -targets "$WORK/targets-$name-$body.txt" -rate "$rate/1s" -duration "$DURATION" \
+					-max-connections "$CONNS" -http2=false -timeout 30s >"$res.bin"
+				"$VEGETA" report -type json "$res.bin" >"$res.json"
+				rm -f "$res.bin"
+				line=$(jq -r --arg n "$name" --arg b "$body" \
+					'"\($n) \($b) \(.throughput | floor) \(.latencies["50th"] / 1e6) \(.latencies["90th"] / 1e6) \(.latencies["99th"] / 1e6) \(.requests - (.status_codes["200"] // 0))"' \
+					"$res.json")
+				log "  $line"
+				ALLFIXED+=("$line")
+			done
+		done
+	done
+	for body in 1KB 220KB; do
+		for name in direct nginx gateway; do
+			FIXEDR+=("$(printf '%s\n' "${ALLFIXED[@]}" | awk -v n="$name" -v b="$body" '$1 == n && $2 == b' |
+				sort -k6,6g | sed -n "$(((ROUNDS + 1) / 2))p")")
+		done
+	done
+fi
 
 # Unloaded latency: one connection, so the p99 difference is the time each
 # proxy adds to a request rather than queueing behind the other 149.
@@ -216,7 +337,9 @@ done
 
 # --- table -----------------------------------------------------------------
 echo
-echo "inferroute overhead: wrk -t$THREADS -c$CONNS -d$DURATION, $BACKENDS backends, $(nproc) CPUs, loopback, median of $ROUNDS rounds"
+echo "inferroute overhead, $(date -u +%Y-%m-%dT%H:%MZ), $BACKENDS backends, $NCPU CPUs, loopback; $PINNING; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "saturation: wrk -t$THREADS -c$CONNS -d$DURATION (closed loop), median of $ROUNDS rounds by req/s"
 printf '%s\n' "${MEDIANS[@]}" | awk '
 	{ rps[$1 "/" $2] = $3; p50[$1 "/" $2] = $4; p99[$1 "/" $2] = $5; errs[$1 "/" $2] = $6; order[n++] = $1 "/" $2 }
 	END {
@@ -229,10 +352,45 @@ printf '%s\n' "${MEDIANS[@]}" | awk '
 		for (b = 1; b <= 2; b++) {
 			body = (b == 1) ? "1KB" : "220KB"
 			g = "gateway/" body; x = "nginx/" body; d = "direct/" body
-			printf "%s: gateway/nginx req/s = %.2f (target >= 0.5); gateway p99 - direct p99 = %.2f ms\n",
+			printf "%s saturated: gateway/nginx req/s = %.2f (target >= 0.5); gateway p99 - direct p99 = %.2f ms\n",
 				body, (rps[x] > 0 ? rps[g] / rps[x] : 0), p99[g] - p99[d]
 		}
 	}'
+# Each round's ratio, to show the noise the medians smooth.
+printf '%s\n' "${RESULTS[@]}" | awk '
+	{ rps[$2 "/" $1, int((NR - 1) / 6)] = $3; rounds = int((NR - 1) / 6) + 1 }
+	END {
+		for (b = 1; b <= 2; b++) {
+			body = (b == 1) ? "1KB" : "220KB"
+			line = body " gateway/nginx req/s by round:"
+			for (r = 0; r < rounds; r++) {
+				x = rps[body "/nginx", r]
+				line = line sprintf(" %.2f", x > 0 ? rps[body "/gateway", r] / x : 0)
+			}
+			print line
+		}
+	}'
+if [ "$FIXED" = 1 ]; then
+	echo
+	echo "fixed rate: vegeta attack -rate R/1s -duration $DURATION -max-connections $CONNS (open loop), median of $ROUNDS rounds by p99; R: ${RATES[*]} req/s"
+	printf '%s\n' "${FIXEDR[@]}" | awk '
+		{ k = $1 "/" $2; rps[k] = $3; p50[k] = $4; p90[k] = $5; p99[k] = $6; errs[k] = $7; order[n++] = k }
+		END {
+			printf "| %-8s | %-5s | %10s | %9s | %9s | %9s | %6s |\n", "target", "body", "req/s", "p50 ms", "p90 ms", "p99 ms", "errors"
+			printf "|----------|-------|------------|-----------|-----------|-----------|--------|\n"
+			for (i = 0; i < n; i++) {
+				k = order[i]; split(k, a, "/")
+				printf "| %-8s | %-5s | %10.0f | %9.3f | %9.3f | %9.3f | %6d |\n", a[1], a[2], rps[k], p50[k], p90[k], p99[k], errs[k]
+			}
+			for (b = 1; b <= 2; b++) {
+				body = (b == 1) ? "1KB" : "220KB"
+				g = "gateway/" body; x = "nginx/" body; d = "direct/" body
+				printf "%s fixed rate: over direct, gateway adds p50 %.3f, p99 %.3f ms%s; nginx adds p50 %.3f, p99 %.3f ms\n", body,
+					p50[g] - p50[d], p99[g] - p99[d], (body == "220KB" ? " (target p99 <= 5)" : ""),
+					p50[x] - p50[d], p99[x] - p99[d]
+			}
+		}'
+fi
 echo
 echo "unloaded: wrk -t1 -c1 -d$DURATION, one round"
 printf '%s\n' "${UNLOADED[@]}" | awk '
@@ -246,6 +404,15 @@ printf '%s\n' "${UNLOADED[@]}" | awk '
 		}
 		for (b = 1; b <= 2; b++) {
 			body = (b == 1) ? "1KB" : "220KB"
-			printf "%s unloaded: gateway p99 - direct p99 = %.3f ms (target for 220KB <= 5)\n", body, p99["gateway/" body] - p99["direct/" body]
+			printf "%s unloaded: gateway p99 - direct p99 = %.3f ms\n", body, p99["gateway/" body] - p99["direct/" body]
 		}
 	}'
+if [ -n "$OUT" ]; then
+	mkdir -p "$OUT"
+	cp "$WORK"/wrk-*.txt "$OUT"/
+	cp "$WORK"/vegeta-*.json "$OUT"/ 2>/dev/null || true
+	printf '%s\n' "${RESULTS[@]}" >"$OUT/saturation-rounds.txt"
+	if [ "$FIXED" = 1 ]; then printf '%s\n' "${ALLFIXED[@]}" >"$OUT/fixed-rounds.txt"; fi
+	cp "$WORK"/gateway-*.pprof "$WORK/gateway" "$OUT"/ 2>/dev/null || true
+	log "raw outputs in $OUT"
+fi
