@@ -107,9 +107,9 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 
 // DefaultConfig returns the configuration inferroute recommends: drop
 // endpoints that cannot serve (model, health, subset hint, saturation, a
-// latency objective carried by the request), then weigh burst 12, LoRA 8,
-// queue 5, KV cache 5, predicted latency 5, prefix 3, running 0.5, trust
-// scrapes with a 2 s half-life, and pick the maximum.
+// latency objective carried by the request), then weigh LoRA 12, KV cache
+// 12, queue 5, prefill 5, prefix 2, burst 0.5, trust scrapes with a 2 s
+// half-life, and pick the maximum.
 //
 // How these were chosen. The picker started from queue 2, KV 2, prefix 3,
 // LoRA 1, running 1, predicted latency 3 (the Gateway API Inference
@@ -117,20 +117,33 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // default suite then showed:
 //   - on a homogeneous fleet that start was 17–51% worse than round-robin on
 //     p99 TTFT: after each scrape a request still in prefill looks like any
-//     decoding one, so picks collided. The burst scorer reads the one
-//     lag-free signal, this process's own recent dispatches; at weight 12
-//     it spaces requests like round-robin when nothing else differs;
+//     decoding one, so picks collided. A lag-free signal of this process's
+//     own dispatches fixes that: first a decayed count of recent dispatches
+//     (burst), then the exact one, the prefill queue (prefill: uncached
+//     prompt tokens sent and not yet answered by a first byte, over the
+//     pod's prefill rate, least-work-left), which also sizes each request
+//     by its prompt and each pod by its speed;
 //   - a 250 ms staleness half-life faded 50 ms-old scrapes toward the local
 //     in-flight count, a poor proxy for a queue; at 2 s a scrape is
 //     replaced long before it fades, and the fade is left for pods whose
 //     scrapes stop;
 //   - a coordinate-descent search (routebench -tune, scored on held-out
-//     traffic) raised queue, KV, latency and above all LoRA (8): loading an
-//     adapter costs more than any queue a burst builds.
+//     traffic, a loss to round-robin anywhere costing 4× its gain) over
+//     the five scenarios with the prefill scorer added raised KV and LoRA
+//     to 12 (a full cache and a missing adapter cost more than any queue),
+//     dropped the running count, and cut burst to 0.5 (the prefill queue
+//     does its work, exactly);
+//   - the predicted-latency scorer was then dropped: on homogeneous fleets
+//     the per-pod models' noise steered bursts onto the pods that looked
+//     fastest (Azure traces at 90% load: p99 5–33% worse than round-robin
+//     with it, 5% better without), and the prefill queue now carries the
+//     speed differences it was there for. The predictor still learns each
+//     pod's prefill rate for the prefill scorer and serves the slo filter.
 //
-// On the default suite this configuration is within 4% of round-robin on a
-// homogeneous fleet and 92–99.9% lower on p99 TTFT on mixed GPUs and bursty
-// multi-tenant LoRA traffic; README.md has the table and the command.
+// On the default suite this configuration is within 0.3% of round-robin's
+// p99 TTFT on a homogeneous fleet at 50–70% load (79% lower at 90%), and
+// 95–100% lower on mixed GPUs and bursty multi-tenant LoRA traffic;
+// README.md has the table and the command.
 func DefaultConfig() Config {
 	return Config{
 		Filters: []Plugin{
@@ -142,12 +155,11 @@ func DefaultConfig() Config {
 		},
 		Scorers: []Plugin{
 			{Name: scorer.ScorerQueue, Weight: 5},
-			{Name: scorer.ScorerKVCache, Weight: 5},
-			{Name: scorer.ScorerPrefix, Weight: 3},
-			{Name: scorer.ScorerLoRA, Weight: 8},
-			{Name: scorer.ScorerRunning, Weight: 0.5},
-			{Name: scorer.ScorerLatency, Weight: 5},
-			{Name: scorer.ScorerBurst, Weight: 12},
+			{Name: scorer.ScorerKVCache, Weight: 12},
+			{Name: scorer.ScorerPrefix, Weight: 2},
+			{Name: scorer.ScorerLoRA, Weight: 12},
+			{Name: scorer.ScorerPrefill, Weight: 5},
+			{Name: scorer.ScorerBurst, Weight: 0.5},
 		},
 		Strategy:          Strategy{Name: StrategyMaxScore},
 		StalenessHalfLife: Duration(DefaultHalfLife),
