@@ -137,8 +137,8 @@ func (s *PrefixScorer) Score(_ context.Context, in *Input, out []float64) {
 	}
 	// out holds the loads until the scores are written.
 	lmin := math.Inf(1)
-	for i, ep := range in.Endpoints {
-		out[i] = ep.Requests(in.Now, s.halfLife)
+	for i := range in.Endpoints {
+		out[i] = in.Load(i, s.halfLife).Requests
 		lmin = min(lmin, out[i])
 	}
 	limitAbs := lmin + s.p.YieldAbsolute

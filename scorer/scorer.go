@@ -86,6 +86,9 @@ func (in *Input) Load(i int, halfLife time.Duration) *signals.Load {
 // them. A kept slice in any other order is valid too; loads that cannot be
 // matched are read again when asked for.
 func (in *Input) Keep(kept []*signals.Endpoint) {
+	if len(kept) == len(in.Endpoints) && (len(kept) == 0 || &kept[0] == &in.Endpoints[0]) {
+		return // the filter kept every candidate where it was
+	}
 	in.Endpoints = kept
 	k := 0
 	for j, ep := range kept {
