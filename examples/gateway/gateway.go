@@ -121,11 +121,22 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 		}
 		g.scraper.SetEndpoints(g.eps)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", g.healthz)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{}))
-	mux.Handle("/", g.proxy)
-	g.handler = mux
+	metrics := promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{})
+	// Two fixed paths and the proxy for the rest: a switch rather than an
+	// http.ServeMux, whose pattern matching allocates on every request.
+	g.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			switch r.URL.Path {
+			case "/healthz":
+				g.healthz(w, r)
+				return
+			case "/metrics":
+				metrics.ServeHTTP(w, r)
+				return
+			}
+		}
+		g.proxy.ServeHTTP(w, r)
+	})
 	return g, nil
 }
 
