@@ -41,7 +41,19 @@ type Endpoint struct {
 
 	_ noCopy
 
-	metrics atomic.Pointer[Metrics]
+	// Read on every pick and match, written only by scrapes, health
+	// changes and the latency model.
+	metrics        atomic.Pointer[Metrics]
+	healthy        atomic.Bool
+	scrapeFailures atomic.Int32
+	generation     atomic.Uint64
+	throughput     atomic.Uint64 // math.Float64bits of tokens per second; 0 = unknown
+
+	// The counters below are written on every dispatch and completion. The
+	// padding keeps them off the cache line of the read-mostly fields above,
+	// so that a pick on one core does not invalidate what a match or a
+	// scorer on another core is reading (false sharing).
+	_ [64]byte
 
 	inFlight         atomic.Int64
 	inFlightTokens   atomic.Int64
@@ -52,18 +64,13 @@ type Endpoint struct {
 	dispatchedTokens atomic.Uint64
 	completedTokens  atomic.Uint64
 
-	healthy        atomic.Bool
-	scrapeFailures atomic.Int32
-	generation     atomic.Uint64
-	throughput     atomic.Uint64 // math.Float64bits of tokens per second; 0 = unknown
-
-	recentNext atomic.Uint32
-	recent     [recentAdapterSlots]recentAdapter
-
 	// burst packs the decayed count of recent dispatches: the high 32 bits
 	// are a float32 count as of the time in the low 32 bits (milliseconds,
 	// wrapping every 49 days; only differences are used).
 	burst atomic.Uint64
+
+	recentNext atomic.Uint32
+	recent     [recentAdapterSlots]recentAdapter
 }
 
 // BurstHalfLife is the half-life of Endpoint.RecentDispatches: about the
