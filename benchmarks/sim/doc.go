@@ -17,9 +17,12 @@
 // adapter, the prompt's chained block hashes, its token count, the output
 // length as max_tokens, priority and session. The hashes are real: each
 // content block id of the workload stands for deterministic synthetic text
-// (BytesPerToken bytes of pseudo-words per token, from a PCG seeded by the
-// id), and the request's text is hashed with the library's own
-// prefix.Hasher, so the prefix index sees what it would see in production.
+// (BytesPerToken bytes per token: a tag spelling a SplitMix64 hash of the
+// id, then pseudo-words from a fixed corpus), and the request's text is
+// hashed with the library's own prefix.Hasher, so the prefix index sees
+// what it would see in production. The pod's engine keys its prefix cache
+// by the same hashes (engine.Request.PromptHashes: one per 16 tokens, its
+// KV block) instead of hashing the prompt a second time.
 // The policy picks an endpoint; the request reaches that pod's engine
 // NetworkDelay later. The engine's FirstToken event fixes the TTFT (and is
 // passed on to the policy's Choice.FirstToken, as a proxy reports the
