@@ -445,6 +445,8 @@ func (e *Engine) StartStep(now time.Duration) (d time.Duration, ok bool) {
 
 	// Running requests ("First, schedule the RUNNING requests").
 	preempted := false
+	sched := e.sched
+	decodes, decodeKV := 0, 0 // plain decode tokens, summed here rather than by account
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		s := e.running[i]
 		n := min(int(s.numTokens-s.numComputed), budget)
@@ -454,6 +456,16 @@ func (e *Engine) StartStep(now time.Duration) (d time.Duration, ok bool) {
 		// Most steps of a decoding request need no new block and have no
 		// block left to register: then allocate would do nothing.
 		noop := int(s.numComputed)+n <= len(s.blocks)*e.blockSize && s.numCached >= s.numHashes
+		if noop && s.numComputed == s.numTokens-1 && s.generated > 0 && s.adapter < 0 {
+			// A plain decode token (n is 1): what account does for it.
+			decodes++
+			decodeKV += int(s.numTokens)
+			s.numComputed++
+			sched = append(sched, s)
+			budget--
+			continue
+		}
+		e.sched = sched
 		for !noop && !e.allocate(s, n) {
 			// Preempt the lowest-priority running request: under FCFS the
 			// newest, the tail of the running list.
@@ -471,7 +483,12 @@ func (e *Engine) StartStep(now time.Duration) (d time.Duration, ok bool) {
 		}
 		budget -= n
 		e.account(s, n)
+		sched = e.sched
 	}
+	e.sched = sched
+	e.work.tokens += decodes
+	e.work.samples += decodes
+	e.work.decodeKV += decodeKV
 
 	// Waiting requests, FCFS, only when nothing was preempted.
 	if !preempted {
@@ -581,13 +598,14 @@ func (e *Engine) FinishStep(now time.Duration, out []Event) []Event {
 	}
 	e.preempts = e.preempts[:0]
 	finished := false
+	generated := 0
 	for _, s := range e.sched {
 		if s.numComputed < s.numTokens {
 			continue // partial prefill chunk
 		}
 		s.generated++
 		s.numTokens++
-		e.stats.GeneratedTokens++
+		generated++
 		if !s.firstDone {
 			s.firstDone = true
 			out = append(out, Event{Kind: FirstToken, Req: s.req, At: now, CachedTokens: s.cachedHit})
@@ -598,6 +616,7 @@ func (e *Engine) FinishStep(now time.Duration, out []Event) []Event {
 			finished = true
 		}
 	}
+	e.stats.GeneratedTokens += uint64(generated)
 	e.sched = e.sched[:0]
 	if finished {
 		j := 0
