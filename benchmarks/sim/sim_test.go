@@ -232,14 +232,55 @@ func TestRunIsDeterministic(t *testing.T) {
 			a, err := New().Run(context.Background(), cfg, w, f)
 			require.NoError(t, err)
 			s := New()
-			// A Sim reused after another run gives the same result too.
-			_, err = s.Run(context.Background(), cfg, poissonWorkload(t, 50, 5), policy.NewRandom)
+			// A Sim reused after other runs gives the same result too: one
+			// that leaves the pods' caches warm with shared prompts and
+			// LoRA adapters, and one cancelled with requests in flight.
+			_, err = s.Run(context.Background(), cfg, warmWorkload(t), policy.NewRandom)
 			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			cancelled := func(env policy.Env) (policy.Policy, error) {
+				p, err := policy.NewRandom(env)
+				return &cancelOnPick{Policy: p, cancel: cancel, at: 50}, err
+			}
+			_, err = s.Run(ctx, cfg, warmWorkload(t), cancelled)
+			require.ErrorIs(t, err, context.Canceled)
 			b, err := s.Run(context.Background(), cfg, w, f)
 			require.NoError(t, err)
 			assert.Equal(t, a, b)
 		})
 	}
+}
+
+// warmWorkload is a short multi-tenant workload with shared system
+// prompts, multi-turn conversations and LoRA adapters.
+func warmWorkload(t testing.TB) *workload.Workload {
+	w, err := workload.Generate(workload.GenConfig{
+		Name: "warm", Seed: 3, N: 300,
+		Arrivals: workload.Poisson{Rate: 40},
+		Lengths:  ShareGPTLengths,
+		Tenants: []workload.Tenant{
+			{Name: "a", Weight: 1, SystemPromptTokens: 512, SystemPrompts: 2},
+			{Name: "b", Weight: 1, SystemPromptTokens: 256, SystemPrompts: 3},
+		},
+		Conversations: &workload.ConvConfig{Sessions: 20, TurnsMean: 3, ThinkTime: time.Second},
+		LoRA:          &workload.LoRAConfig{Adapters: 4, ZipfS: 1.1, Fraction: 0.5},
+	})
+	require.NoError(t, err)
+	return w
+}
+
+// cancelOnPick is a policy that calls cancel at its at-th pick.
+type cancelOnPick struct {
+	policy.Policy
+	cancel    context.CancelFunc
+	picks, at int
+}
+
+func (c *cancelOnPick) Pick(ctx context.Context, req *signals.Request, eps []*signals.Endpoint) (policy.Choice, error) {
+	if c.picks++; c.picks == c.at {
+		c.cancel()
+	}
+	return c.Policy.Pick(ctx, req, eps)
 }
 
 // TestLoneRequestTTFT checks the simulator's timing against the engine's
