@@ -159,3 +159,61 @@ func TestBurstiness(t *testing.T) {
 	idc, _ = w.Burstiness(0)
 	assert.Zero(t, idc)
 }
+
+// refSharedPrefix is sharedPrefix with a Go map for the set of prefix
+// positions seen.
+func refSharedPrefix(rs []Request) (tokens, blocks float64) {
+	seen := map[uint64]bool{}
+	var hitTokens, allTokens, hitBlocks, allBlocks int
+	for _, r := range rs {
+		h := hashString(r.Adapter)
+		hit, inRun := 0, true
+		for _, id := range r.Blocks {
+			h = mix(h, id)
+			if seen[h] && inRun {
+				hit++
+				continue
+			}
+			inRun = false
+			seen[h] = true
+		}
+		hitBlocks += hit
+		allBlocks += len(r.Blocks)
+		hitTokens += min(hit*r.BlockTokens, r.PromptTokens)
+		allTokens += r.PromptTokens
+	}
+	return float64(hitTokens) / float64(allTokens), float64(hitBlocks) / float64(allBlocks)
+}
+
+func TestSharedPrefixMatchesMapReference(t *testing.T) {
+	w, err := Generate(GenConfig{
+		Name: "ref", Seed: 9, N: 2000,
+		Arrivals: Poisson{Rate: 10},
+		Lengths:  Fixed{Prompt: 700, Output: 10},
+		Tenants: []Tenant{
+			{Name: "a", Weight: 1, SystemPromptTokens: 300, SystemPrompts: 3},
+			{Name: "b", Weight: 2},
+		},
+		Conversations: &ConvConfig{Sessions: 50, TurnsMean: 4, ThinkTime: time.Second},
+		LoRA:          &LoRAConfig{Adapters: 3, ZipfS: 1, Fraction: 0.3},
+	})
+	require.NoError(t, err)
+	wantTokens, wantBlocks := refSharedPrefix(w.Requests)
+	require.Positive(t, wantTokens)
+	gotTokens, gotBlocks := sharedPrefix(w.Requests)
+	assert.Equal(t, wantTokens, gotTokens)
+	assert.Equal(t, wantBlocks, gotBlocks)
+}
+
+func TestHashSet(t *testing.T) {
+	s := newHashSet(100)
+	for _, h := range []uint64{0, 1, 17, 17 + 1<<40, 1 << 63} {
+		assert.False(t, s.add(h), "%d is new", h)
+		assert.True(t, s.add(h), "%d is there", h)
+	}
+	for i := range uint64(90) {
+		s.add(i<<8 | 3) // collide in the low bits
+	}
+	assert.True(t, s.add(89<<8|3))
+	assert.False(t, s.add(90<<8|3))
+}
