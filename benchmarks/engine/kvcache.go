@@ -281,7 +281,7 @@ func (p *blockPool) lookupTable(h uint64) (int32, bool) {
 }
 
 // register records block id as holding the content with hash h (never
-// 0: hashPrompt sets the low bit), unless another block already holds it
+// 0: hashPrompt sees to it), unless another block already holds it
 // (then id stays an uncached duplicate), and returns the block that holds
 // h afterwards, plus one. parent is the block holding the hash h chains
 // from, plus one, or noBlock for a root hash (nonRoot false) or for a
