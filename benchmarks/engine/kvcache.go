@@ -66,6 +66,9 @@ type blockPool struct {
 	// is set: a block holding a non-root hash is either its parent's
 	// child or a table entry with its bit set.
 	filter []uint64
+	// filterBits counts the bits set in filter: with none, which is the
+	// rule when prompts share no prefix, registration skips the filter.
+	filterBits int
 	// promotions counts children moved into the table when their parent
 	// was evicted, for tests.
 	promotions int
@@ -116,6 +119,7 @@ func (p *blockPool) init(n int) {
 	} else {
 		p.filter = make([]uint64, words)
 	}
+	p.filterBits = 0
 }
 
 // nextPow2 returns the smallest power of two >= n (1 for n <= 1).
@@ -138,10 +142,16 @@ func (p *blockPool) filterBit(h uint64) (word int, bit uint64) {
 
 func (p *blockPool) filterAdd(h uint64) {
 	w, bit := p.filterBit(h)
-	p.filter[w] |= bit
+	if p.filter[w]&bit == 0 {
+		p.filter[w] |= bit
+		p.filterBits++
+	}
 }
 
 func (p *blockPool) filterHas(h uint64) bool {
+	if p.filterBits == 0 {
+		return false
+	}
 	w, bit := p.filterBit(h)
 	return p.filter[w]&bit != 0
 }
@@ -368,6 +378,7 @@ func (p *blockPool) rebuild() {
 	t.used = 0
 	t.rebuilds++
 	clear(p.filter)
+	p.filterBits = 0
 	for id := range p.fresh {
 		b := &p.b[id]
 		if b.hash == 0 || b.prev != noBlock {
