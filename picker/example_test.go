@@ -70,10 +70,10 @@ func Example_readme() {
 		log.Fatal(err) // errors.Is(err, picker.ErrNoEndpoints) → 503, picker.ErrSaturated → 429
 	}
 	// ... send the request to res.Endpoint.Address, retry on res.Fallbacks ...
+	fmt.Println(len(res.Fallbacks), "fallback")
+	res.FirstToken() // when the first response byte arrives
 	ttft, total := 150*time.Millisecond, 3*time.Second
 	res.Done(picker.DoneInfo{TTFT: ttft, Latency: total})
-
-	fmt.Println(len(res.Fallbacks), "fallback")
 	// Output: 1 fallback
 }
 

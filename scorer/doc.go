@@ -10,8 +10,10 @@
 // its raw units.
 //
 // Built-in scorers read the six signals of package signals, plus a token
-// load scorer; built-in filters check the model and adapter, health,
-// saturation, and a subset hint. A Registry maps names to constructors that
+// load scorer, the recent-dispatch (burst) scorer and the prefill-queue
+// scorer (least work left over the prompt tokens not yet answered by a
+// first byte); built-in filters check the model and adapter, health,
+// saturation, a subset hint and a latency objective. A Registry maps names to constructors that
 // take YAML or JSON parameters, so configurations name scorers and filters;
 // a Registry is a value, never a global.
 package scorer
