@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/inferroute/inferroute/picker"
 	"github.com/inferroute/inferroute/signals"
 )
 
@@ -34,7 +35,16 @@ type Decision struct {
 	clock signals.Clock
 	done  func(signals.Outcome)
 	once  atomic.Bool
+	res   picker.Result
 }
+
+// FirstToken reports that the endpoint's first response byte arrived
+// (picker.Result.FirstToken): the request's prompt is prefilled and it
+// leaves the endpoint's prefill queue while it decodes. The Middleware
+// calls it when the next handler writes its first body byte; a handler
+// that sees the upstream's first byte earlier may call it then. Calls
+// after the first, and after Done, are no-ops. Safe for concurrent use.
+func (d *Decision) FirstToken() { d.res.FirstToken() }
 
 // Done reports the outcome to the picker. Only the first call counts, so
 // the next handler may call it with the real TTFT and token usage, and the
@@ -107,7 +117,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		d := &Decision{
 			Route: c.route, Parsed: c.parsed, Request: &c.req, Endpoint: res.Endpoint,
 			Fallbacks: append([]*signals.Endpoint(nil), res.Fallbacks...),
-			start:     c.start, clock: p.clock, done: res.Done,
+			start:     c.start, clock: p.clock, done: res.Done, res: res,
 		}
 		r2 := r.WithContext(NewContext(r.Context(), d))
 		r2.Header = r.Header.Clone()
@@ -122,7 +132,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		if r2.Header.Get("Content-Length") != "" {
 			r2.Header.Set("Content-Length", strconv.Itoa(len(c.send)))
 		}
-		rw := &watchWriter{ResponseWriter: w, clock: p.clock, start: c.start, status: http.StatusOK}
+		rw := &watchWriter{ResponseWriter: w, clock: p.clock, start: c.start, status: http.StatusOK, d: d}
 		defer func() {
 			o := signals.Outcome{Latency: p.clock.Now().Sub(c.start)}
 			if rw.wrote {
@@ -141,6 +151,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 // watchWriter records the status and the time of the first body byte.
 type watchWriter struct {
 	http.ResponseWriter
+	d      *Decision
 	clock  signals.Clock
 	start  time.Time
 	first  time.Time
@@ -162,6 +173,7 @@ func (w *watchWriter) Write(b []byte) (int, error) {
 	if !w.wrote && len(b) > 0 {
 		w.wrote = true
 		w.first = w.clock.Now()
+		w.d.FirstToken()
 	}
 	return w.ResponseWriter.Write(b)
 }

@@ -51,9 +51,16 @@ func TestMiddleware(t *testing.T) {
 			body: `{"model":"` + baseModel + `"}`,
 			handler: func(t *testing.T, clock interface{ Advance(time.Duration) }) http.HandlerFunc {
 				return func(w http.ResponseWriter, r *http.Request) {
+					d, ok := FromContext(r.Context())
+					require.True(t, ok)
+					n, _ := d.Endpoint.Prefilling()
+					assert.Equal(t, int64(1), n, "prefilling until the first body byte")
 					clock.Advance(30 * time.Millisecond)
 					w.WriteHeader(502)
 					_, _ = io.WriteString(w, "bad gateway")
+					n, _ = d.Endpoint.Prefilling()
+					assert.Zero(t, n, "the first body byte written ends the prefill (Decision.FirstToken)")
+					assert.Equal(t, int64(1), d.Endpoint.InFlight(), "in flight until Done")
 				}
 			},
 			status: 502, wantBody: "bad gateway", wantTTFT: 30 * time.Millisecond, wantErr: true,

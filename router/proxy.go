@@ -220,6 +220,8 @@ type call struct {
 	cancel  context.CancelCauseFunc
 	fb      firstByte
 	h1req   h1Request
+	pick    picker.Result // the pick being forwarded, for FirstToken
+	again   picker.Result // the second pick, when every ranked target failed
 }
 
 // noCancel is the cancel of an attempt that made no context of its own.
@@ -406,7 +408,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 	var lastErr error
 	lastConnect := false
 	repicked := -1 // index in targets of the endpoint chosen by a second pick
-	var again picker.Result
+	c.pick = res
 	for i := 0; ; i++ {
 		if i == len(targets) {
 			// Every ranked target failed to connect or was marked down since
@@ -437,14 +439,15 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 				}
 				res2 = picker.Result{Done: dispatchDirect(next, c.req.PromptTokens)}
 			}
-			again, repicked = res2, len(targets)
+			c.again, repicked = res2, len(targets)
 			targets = append(targets, next)
 		}
 		ep := targets[i]
 		done := res.Done
+		first := &c.pick // whose FirstToken the first response byte reports
 		if i == repicked {
 			p.inst.retry(ctx, c)
-			done = again.Done
+			done, first = c.again.Done, &c.again
 		} else if i > 0 && !ep.Healthy() {
 			// The fallbacks were ranked at pick time; one that has failed
 			// since (another request's connect error) is skipped rather
@@ -452,7 +455,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 			continue
 		} else if i > 0 {
 			p.inst.retry(ctx, c)
-			done = dispatchDirect(ep, c.req.PromptTokens)
+			done, first = dispatchDirect(ep, c.req.PromptTokens), nil
 		}
 		t0 := p.clock.Now()
 		resp, err := p.roundTrip(ctx, r, c, ep)
@@ -486,7 +489,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 			lastErr, lastConnect = err, false
 			continue
 		}
-		return p.respond(w, r, c, resp, t0, done)
+		return p.respond(w, r, c, resp, t0, done, first)
 	}
 	WriteError(w, errorFor(lastErr, 0))
 	return http.StatusBadGateway, 0
@@ -603,13 +606,15 @@ func (p *Proxy) httpRequest(actx context.Context, r *http.Request, c *call, ep *
 	return out
 }
 
-// firstByte records when the first response body byte arrives.
+// firstByte records when the first response body byte arrives and reports
+// it to the pick (picker.Result.FirstToken), when there is one.
 type firstByte struct {
 	r     io.Reader
 	clock signals.Clock
 	t0    time.Time
 	ttft  time.Duration
 	seen  bool
+	pick  *picker.Result
 }
 
 func (f *firstByte) Read(b []byte) (int, error) {
@@ -617,15 +622,20 @@ func (f *firstByte) Read(b []byte) (int, error) {
 	if n > 0 && !f.seen {
 		f.seen = true
 		f.ttft = f.clock.Now().Sub(f.t0)
+		if f.pick != nil {
+			f.pick.FirstToken()
+		}
 	}
 	return n, err
 }
 
-// respond relays resp to the client and calls done once with the outcome.
-func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, c *call, resp *http.Response, t0 time.Time, done func(signals.Outcome)) (int, time.Duration) {
+// respond relays resp to the client, reports its first body byte to pick
+// (nil for a fallback the picker did not choose) and calls done once with
+// the outcome.
+func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, c *call, resp *http.Response, t0 time.Time, done func(signals.Outcome), pick *picker.Result) (int, time.Duration) {
 	defer c.cancel(nil)
 	defer resp.Body.Close()
-	c.fb = firstByte{r: resp.Body, clock: p.clock, t0: t0}
+	c.fb = firstByte{r: resp.Body, clock: p.clock, t0: t0, pick: pick}
 	fb := &c.fb
 	var o signals.Outcome
 	if resp.StatusCode >= 500 {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -249,18 +250,27 @@ func TestProxyStreamingFlushesEachEvent(t *testing.T) {
 	events := sseEvents(fixture(t, "llm-d-inference-sim/chat-completions-lora-stream.response.sse"))
 	require.Len(t, events, 11)
 	release := make(chan struct{})
-	addr, got := backend(t, sseHandler(events, nil, func(i int) {
+	var e *env
+	var prefillingBefore atomic.Int64
+	addr, got := backend(t, sseHandler(events, func() {
+		n, _ := e.eps[0].Prefilling()
+		prefillingBefore.Store(n)
+	}, func(i int) {
 		if i == 1 {
 			<-release // the second event waits until the client has the first
 		}
 	}))
-	e := newEnv(t, Config{}, addr)
+	e = newEnv(t, Config{}, addr)
 	r := e.post(t, "/v1/chat/completions", string(fixture(t, "llm-d-inference-sim/chat-completions-lora-stream.request.json")), nil)
 	require.Equal(t, 200, r.StatusCode)
 	assert.Equal(t, "text/event-stream", r.Header.Get("Content-Type"))
 	br := bufio.NewReader(r.Body)
 	first := readEvent(t, br)
 	assert.Equal(t, events[0], first, "the first event arrives before the backend sends the second")
+	assert.Equal(t, int64(1), prefillingBefore.Load(), "prefilling until the first response byte")
+	n, _ := e.eps[0].Prefilling()
+	assert.Zero(t, n, "the first response byte ends the prefill (picker.Result.FirstToken)")
+	assert.Equal(t, int64(1), e.eps[0].InFlight(), "while the stream still decodes")
 	close(release)
 	rest, err := io.ReadAll(br)
 	require.NoError(t, err)
