@@ -24,10 +24,17 @@ type instruments struct {
 	errors   metric.Int64Counter
 	outcomes metric.Int64Counter
 
-	// perEndpoint caches one attribute option per endpoint so that a pick
-	// does not build an attribute set (which allocates).
-	perEndpoint sync.Map // *signals.Endpoint -> metric.MeasurementOption
+	// perEndpoint caches each endpoint's attribute options so that neither
+	// a pick nor a Done builds an attribute set (which allocates and, in a
+	// gateway, cost 3-4% of its CPU). SetEndpoints drops departed endpoints.
+	perEndpoint sync.Map // *signals.Endpoint -> *endpointOpts
 	errOpts     map[error]metric.MeasurementOption
+}
+
+// endpointOpts are one endpoint's attribute sets: for picks, and for
+// completions by result.
+type endpointOpts struct {
+	picked, ok, failed, connectError metric.MeasurementOption
 }
 
 func (in *instruments) init(mp metric.MeterProvider) error {
@@ -61,13 +68,39 @@ func (in *instruments) init(mp metric.MeterProvider) error {
 	return nil
 }
 
-func (in *instruments) endpointOpt(ep *signals.Endpoint) metric.MeasurementOption {
+func (in *instruments) endpointOpts(ep *signals.Endpoint) *endpointOpts {
 	if o, ok := in.perEndpoint.Load(ep); ok {
-		return o.(metric.MeasurementOption)
+		return o.(*endpointOpts)
 	}
-	o := metric.WithAttributeSet(attribute.NewSet(attribute.String("endpoint", ep.Name)))
+	name := attribute.String("endpoint", ep.Name)
+	result := func(r string) metric.MeasurementOption {
+		return metric.WithAttributeSet(attribute.NewSet(name, attribute.String("result", r)))
+	}
+	o := &endpointOpts{
+		picked:       metric.WithAttributeSet(attribute.NewSet(name)),
+		ok:           result("ok"),
+		failed:       result("error"),
+		connectError: result("connect_error"),
+	}
 	actual, _ := in.perEndpoint.LoadOrStore(ep, o)
-	return actual.(metric.MeasurementOption)
+	return actual.(*endpointOpts)
+}
+
+// retain drops the cached options of endpoints not in eps.
+func (in *instruments) retain(eps []*signals.Endpoint) {
+	if !in.enabled {
+		return
+	}
+	keep := make(map[*signals.Endpoint]bool, len(eps))
+	for _, ep := range eps {
+		keep[ep] = true
+	}
+	in.perEndpoint.Range(func(k, _ any) bool {
+		if !keep[k.(*signals.Endpoint)] {
+			in.perEndpoint.Delete(k)
+		}
+		return true
+	})
 }
 
 func (in *instruments) picked(ctx context.Context, ep *signals.Endpoint, d time.Duration) {
@@ -75,7 +108,7 @@ func (in *instruments) picked(ctx context.Context, ep *signals.Endpoint, d time.
 		return
 	}
 	in.duration.Record(ctx, d.Seconds())
-	in.picks.Add(ctx, 1, in.endpointOpt(ep))
+	in.picks.Add(ctx, 1, in.endpointOpts(ep).picked)
 }
 
 func (in *instruments) failed(ctx context.Context, e *Error, d time.Duration) {
@@ -95,13 +128,13 @@ func (in *instruments) done(ep *signals.Endpoint, info DoneInfo) {
 	if !in.enabled {
 		return
 	}
-	result := "ok"
+	o := in.endpointOpts(ep)
+	opt := o.ok
 	switch {
 	case info.ConnectError:
-		result = "connect_error"
+		opt = o.connectError
 	case info.Err != nil:
-		result = "error"
+		opt = o.failed
 	}
-	in.outcomes.Add(context.Background(), 1, metric.WithAttributes(
-		attribute.String("endpoint", ep.Name), attribute.String("result", result)))
+	in.outcomes.Add(context.Background(), 1, opt)
 }

@@ -186,6 +186,7 @@ func (p *Picker) SetEndpoints(eps []*signals.Endpoint) {
 	if r, ok := p.opts.estimator.(retainer); ok {
 		r.Retain(snap)
 	}
+	p.inst.retain(snap)
 }
 
 // Endpoints returns the current endpoint snapshot. The slice must not be

@@ -672,6 +672,11 @@ func TestTracingAndMetrics(t *testing.T) {
 	res.Done(DoneInfo{})
 	spans := rec.Ended()
 	require.Len(t, spans, 1)
+	for _, info := range []DoneInfo{{Err: errors.New("HTTP 500")}, {Err: errors.New("refused"), ConnectError: true}} {
+		r, err := p.Pick(context.Background(), nil)
+		require.NoError(t, err)
+		r.Done(info)
+	}
 	attrs := map[attribute.Key]attribute.Value{}
 	for _, kv := range spans[0].Attributes() {
 		attrs[kv.Key] = kv.Value
@@ -702,10 +707,12 @@ func TestTracingAndMetrics(t *testing.T) {
 			}
 		}
 	}
-	assert.Equal(t, int64(1), got["inferroute.picks{endpoint=a}"])
+	assert.Equal(t, int64(3), got["inferroute.picks{endpoint=a}"])
 	assert.Equal(t, int64(1), got["inferroute.pick.errors{kind=no_endpoints}"])
 	assert.Equal(t, int64(1), got["inferroute.requests.completed{endpoint=a,result=ok}"])
-	assert.Equal(t, int64(2), got["inferroute.pick.duration"])
+	assert.Equal(t, int64(1), got["inferroute.requests.completed{endpoint=a,result=error}"])
+	assert.Equal(t, int64(1), got["inferroute.requests.completed{endpoint=a,result=connect_error}"])
+	assert.Equal(t, int64(4), got["inferroute.pick.duration"])
 }
 
 func TestSetEndpointsFreesPrefixStateOfDepartedEndpoints(t *testing.T) {
