@@ -796,29 +796,30 @@ func (ix *Index) split(hs []uint64, j, m int, set, held []uint64) bool {
 		return any != 0
 	case listTag:
 		for _, s := range ix.list(v) {
-			if s < 0 {
-				continue
-			}
-			if bit := uint64(1) << (s & 63); set[s>>6]&bit != 0 {
-				set[s>>6] &^= bit
-				held[s>>6] |= bit
+			if s >= 0 && moveSlot(set, held, s) {
 				found = true
 			}
 		}
 		return found
 	}
 	for f := 0; f < 3; f++ {
-		s := int32((v>>(f*fieldBits))&fieldMask) - 1
-		if s < 0 {
-			continue
-		}
-		if bit := uint64(1) << (s & 63); set[s>>6]&bit != 0 {
-			set[s>>6] &^= bit
-			held[s>>6] |= bit
+		if s := int32((v>>(f*fieldBits))&fieldMask) - 1; s >= 0 && moveSlot(set, held, s) {
 			found = true
 		}
 	}
 	return found
+}
+
+// moveSlot moves slot s from set to held if it is in set, and reports
+// whether it was.
+func moveSlot(set, held []uint64, s int32) bool {
+	bit := uint64(1) << (s & 63)
+	if set[s>>6]&bit == 0 {
+		return false
+	}
+	set[s>>6] &^= bit
+	held[s>>6] |= bit
+	return true
 }
 
 // assign writes frac for every candidate in set whose entries are of its
