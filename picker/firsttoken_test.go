@@ -11,7 +11,21 @@ import (
 	"github.com/inferroute/inferroute/signals"
 )
 
-func prefilling(ep *signals.Endpoint) (int64, int64) { return ep.Prefilling() }
+// assertBalanced checks that every StartPrefill and Dispatch on ep was
+// ended exactly once. Prefilling and InFlight never read below zero, so a
+// second end would read zero like a correct one: count one more prefill and
+// dispatch, which an extra end would have absorbed.
+func assertBalanced(t *testing.T, ep *signals.Endpoint) {
+	t.Helper()
+	ep.StartPrefill(5)
+	ep.Dispatch(5)
+	n, tok := ep.Prefilling()
+	assert.EqualValues(t, 1, n, "%s: prefills started and ended do not balance", ep.Name)
+	assert.EqualValues(t, 5, tok, ep.Name)
+	assert.EqualValues(t, 1, ep.InFlight(), "%s: dispatches and completions do not balance", ep.Name)
+	ep.EndPrefill(5)
+	ep.Complete(5)
+}
 
 func TestFirstTokenEndsPrefill(t *testing.T) {
 	a := ep("a", 0, 0, 0)
@@ -22,31 +36,27 @@ func TestFirstTokenEndsPrefill(t *testing.T) {
 	// FirstToken takes it out while it still counts as in flight.
 	res, err := p.Pick(ctx, &signals.Request{PromptTokens: 700})
 	require.NoError(t, err)
-	n, tok := prefilling(a)
+	n, tok := a.Prefilling()
 	assert.EqualValues(t, 1, n)
 	assert.EqualValues(t, 700, tok)
 	res.FirstToken()
 	res.FirstToken() // a second call is a no-op
-	n, tok = prefilling(a)
+	n, tok = a.Prefilling()
 	assert.Zero(t, n)
 	assert.Zero(t, tok)
 	assert.EqualValues(t, 1, a.InFlight())
 	res.Done(DoneInfo{})
-	n, tok = prefilling(a)
-	assert.Zero(t, n, "Done after FirstToken must not end the prefill twice")
-	assert.Zero(t, tok)
-	assert.Zero(t, a.InFlight())
+	assertBalanced(t, a) // Done after FirstToken must not end the prefill twice
 
 	// Without FirstToken, Done ends the prefill.
 	res, err = p.Pick(ctx, &signals.Request{PromptTokens: 300})
 	require.NoError(t, err)
 	res.Done(DoneInfo{})
-	n, tok = prefilling(a)
+	n, tok = a.Prefilling()
 	assert.Zero(t, n)
 	assert.Zero(t, tok)
 	res.FirstToken() // after Done: a no-op
-	n, _ = prefilling(a)
-	assert.Zero(t, n)
+	assertBalanced(t, a)
 
 	// A late FirstToken of a finished pick must not end the prefill of the
 	// pick that reuses its record.
@@ -56,7 +66,7 @@ func TestFirstTokenEndsPrefill(t *testing.T) {
 	cur, err := p.Pick(ctx, &signals.Request{PromptTokens: 200})
 	require.NoError(t, err)
 	old.FirstToken()
-	n, tok = prefilling(a)
+	n, tok = a.Prefilling()
 	assert.EqualValues(t, 1, n, "stale FirstToken must not touch the new pick")
 	assert.EqualValues(t, 200, tok)
 	cur.Done(DoneInfo{})
@@ -94,10 +104,6 @@ func TestFirstTokenRacesDone(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for _, e := range []*signals.Endpoint{a, b} {
-		n, tok := e.Prefilling()
-		assert.Zero(t, n, e.Name)
-		assert.Zero(t, tok, e.Name)
-		assert.Zero(t, e.InFlight(), e.Name)
-	}
+	assertBalanced(t, a)
+	assertBalanced(t, b)
 }
