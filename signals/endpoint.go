@@ -306,8 +306,14 @@ func (ep *Endpoint) corrected(field func(*Metrics) Reading, now time.Time, halfL
 	if !r.Known {
 		return local
 	}
-	scraped := max(clampNonNeg(r.Value)+ep.sinceScrape(m), 0)
-	return blend(scraped, local, m.confidence(now.UnixNano(), halfLife))
+	return correct(r, ep.sinceScrape(m), local, m.confidence(now.UnixNano(), halfLife))
+}
+
+// correct is a known scraped count r plus the work dispatched minus
+// completed since the scrape (never below zero), blended toward the local
+// in-flight count by the scrape's confidence.
+func correct(r Reading, since, local, conf float64) float64 {
+	return blend(max(clampNonNeg(r.Value)+since, 0), local, conf)
 }
 
 // KVCacheUtilization returns the fraction of the endpoint's KV cache in use,

@@ -65,13 +65,13 @@ func (ep *Endpoint) ReadLoad(dst *Load, now time.Time, halfLife time.Duration) {
 	dst.Confidence = conf
 	since := ep.sinceScrape(m)
 	if m.Waiting.Known {
-		dst.Waiting = blend(max(clampNonNeg(m.Waiting.Value)+since, 0), local, conf)
+		dst.Waiting = correct(m.Waiting, since, local, conf)
 	}
 	if m.Running.Known {
-		dst.Running = blend(max(clampNonNeg(m.Running.Value)+since, 0), local, conf)
+		dst.Running = correct(m.Running, since, local, conf)
 	}
 	if r := requestsReading(m); r.Known {
-		dst.Requests = blend(max(r.Value+since, 0), local, conf)
+		dst.Requests = correct(r, since, local, conf)
 	}
 	if m.KVCacheUtilization.Known {
 		dst.KV, dst.KVKnown = ep.kvAt(m, conf), true
