@@ -264,11 +264,18 @@ for round in $(seq 1 "$ROUNDS"); do
 		done
 	done
 done
+# median_round KEY NAME BODY LINE...: of the result lines of target NAME
+# with body BODY, the median round by column KEY (numeric).
+median_round() {
+	local key=$1 name=$2 body=$3
+	shift 3
+	printf '%s\n' "$@" | awk -v n="$name" -v b="$body" '$1 == n && $2 == b' |
+		sort -k"$key,$key"g | sed -n "$(((ROUNDS + 1) / 2))p"
+}
 MEDIANS=()
 for body in 1KB 220KB; do
 	for name in direct nginx gateway; do
-		MEDIANS+=("$(printf '%s\n' "${RESULTS[@]}" | awk -v n="$name" -v b="$body" '$1 == n && $2 == b' |
-			sort -k3,3n | sed -n "$(((ROUNDS + 1) / 2))p")")
+		MEDIANS+=("$(median_round 3 "$name" "$body" "${RESULTS[@]}")") # by req/s
 	done
 done
 
@@ -315,8 +322,7 @@ if [ "$FIXED" = 1 ]; then
 	done
 	for body in 1KB 220KB; do
 		for name in direct nginx gateway; do
-			FIXEDR+=("$(printf '%s\n' "${ALLFIXED[@]}" | awk -v n="$name" -v b="$body" '$1 == n && $2 == b' |
-				sort -k6,6g | sed -n "$(((ROUNDS + 1) / 2))p")")
+			FIXEDR+=("$(median_round 6 "$name" "$body" "${ALLFIXED[@]}")") # by p99
 		done
 	done
 fi
