@@ -81,10 +81,8 @@ func (p *oracle) Pick(_ context.Context, req *signals.Request, eps []*signals.En
 	if len(eps) == 0 {
 		return Choice{}, ErrNoEndpoints
 	}
-	for i := range eps {
-		p.pos.of(eps, i)
-	}
-	for len(p.transit) < p.pos.size() {
+	n := p.pos.register(eps)
+	for len(p.transit) < n {
 		p.transit = append(p.transit, make([]int, oracleTransit))
 		p.next = append(p.next, 0)
 	}

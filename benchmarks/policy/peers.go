@@ -152,6 +152,15 @@ func (x *epIndex) of(eps []*signals.Endpoint, i int) int {
 // size returns the number of distinct endpoints seen.
 func (x *epIndex) size() int { return len(x.pos) }
 
+// register records the endpoints of eps (of does so on its first call for
+// a new eps) and returns size.
+func (x *epIndex) register(eps []*signals.Endpoint) int {
+	if len(eps) > 0 {
+		x.of(eps, 0)
+	}
+	return x.size()
+}
+
 // ---------------------------------------------------------------------------
 // llm-d / Gateway API Inference Extension default profile.
 
@@ -313,10 +322,7 @@ func (p *sglCacheAware) Pick(_ context.Context, req *signals.Request, eps []*sig
 	if len(eps) == 0 {
 		return Choice{}, ErrNoEndpoints
 	}
-	for i := range eps {
-		p.pos.of(eps, i)
-	}
-	p.ix.resize(p.pos.size())
+	p.ix.resize(p.pos.register(eps))
 	minL, maxL := int64(math.MaxInt64), int64(-1)
 	for _, ep := range eps {
 		l := ep.InFlight()
@@ -422,10 +428,8 @@ func (p *dynamoKV) Pick(_ context.Context, req *signals.Request, eps []*signals.
 	if len(eps) == 0 {
 		return Choice{}, ErrNoEndpoints
 	}
-	for i := range eps {
-		p.pos.of(eps, i)
-	}
-	for len(p.active) < p.pos.size() {
+	n := p.pos.register(eps)
+	for len(p.active) < n {
 		s, err := simplelru.NewLRU[uint64, int64](dynamoMaxBlocks, nil)
 		if err != nil {
 			return Choice{}, err
@@ -512,10 +516,7 @@ func (p *aibrix) Pick(_ context.Context, req *signals.Request, eps []*signals.En
 	if len(eps) == 0 {
 		return Choice{}, ErrNoEndpoints
 	}
-	for i := range eps {
-		p.pos.of(eps, i)
-	}
-	p.ix.resize(p.pos.size())
+	p.ix.resize(p.pos.register(eps))
 	minL, maxL := int64(math.MaxInt64), int64(-1)
 	var sum float64
 	for _, ep := range eps {
