@@ -135,15 +135,17 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 //     does its work, exactly);
 //   - the predicted-latency scorer was then dropped: on homogeneous fleets
 //     the per-pod models' noise steered bursts onto the pods that looked
-//     fastest (Azure traces at 90% load: p99 5–33% worse than round-robin
-//     with it, 5% better without), and the prefill queue now carries the
+//     fastest (Azure traces at 90% load, quick suite, seeds 1–3: p99
+//     4.5–6.1% worse than round-robin with the old default and 26–33% worse
+//     with the searched weights; without it 5.3% better in two seeds and
+//     5.7% worse in the third), and the prefill queue now carries the
 //     speed differences it was there for. The predictor still learns each
 //     pod's prefill rate for the prefill scorer and serves the slo filter.
 //
-// On the default suite this configuration is within 0.3% of round-robin's
-// p99 TTFT on a homogeneous fleet at 50–70% load (79% lower at 90%), and
-// 95–100% lower on mixed GPUs and bursty multi-tenant LoRA traffic;
-// README.md has the table and the command.
+// On the default suite this configuration's p99 TTFT is at or below
+// round-robin's on a homogeneous fleet (−0.3%, −1.3% and −79% at 50%, 70%
+// and 90% load) and 95–100% lower on mixed GPUs and bursty multi-tenant
+// LoRA traffic; README.md has the table and the command.
 func DefaultConfig() Config {
 	return Config{
 		Filters: []Plugin{
