@@ -501,7 +501,7 @@ func (ep *Endpoint) ReportSuccess() { ep.markUp() }
 // new generation: whatever was cached there may be gone.
 func (ep *Endpoint) MarkDown() {
 	if ep.healthy.CompareAndSwap(true, false) {
-		ep.generation.Add(1)
+		ep.newGeneration()
 	}
 }
 
@@ -510,7 +510,25 @@ func (ep *Endpoint) markUp() { ep.healthy.Store(true) }
 // MarkRestarted starts a new generation without changing health: the scraper
 // calls it when the server's counters reset, a sign that the process
 // restarted and lost its caches.
-func (ep *Endpoint) MarkRestarted() { ep.generation.Add(1) }
+func (ep *Endpoint) MarkRestarted() { ep.newGeneration() }
+
+// newGeneration starts a new generation of ep and advances the process-wide
+// restart epoch after it, so that a reader who sees the new epoch also sees
+// the new generation.
+func (ep *Endpoint) newGeneration() {
+	ep.generation.Add(1)
+	restartEpoch.Add(1)
+}
+
+// restartEpoch counts generation changes of every endpoint in the process.
+var restartEpoch atomic.Uint64
+
+// RestartEpoch returns a counter that advances whenever any endpoint in the
+// process starts a new generation (it went down or restarted). State keyed
+// to many endpoints' generations, such as the prefix index, can check it
+// once: while it is unchanged, no endpoint's Generation has changed, so
+// there is no need to read each of them. It only ever increases.
+func RestartEpoch() uint64 { return restartEpoch.Load() }
 
 // Generation counts the times the endpoint went down or restarted. State
 // keyed to an endpoint's caches (the prefix index) is stale when the
