@@ -112,11 +112,22 @@ type Index struct {
 	entries  int // (block, endpoint) entries
 	epoch    uint64
 	// version changes whenever an endpoint's state is created, dropped or
-	// reset for a new generation, so that Match can reuse the endpoint →
-	// slot resolution of its last call when it sees the same candidates.
+	// reset for a new generation, so that a Matches can reuse the endpoint
+	// → slot resolution of its last Fill when it sees the same candidates;
+	// stamps[s] is the version at which slot s last changed hands or was
+	// reset, so that Fill can tell which slots of an older Lookup still
+	// belong to the same endpoint and generation.
 	version atomic.Uint64
+	stamps  []uint64
+	// live is the bitset of the slots whose entries are of their
+	// endpoint's current generation, as of signals.RestartEpoch() ==
+	// checked: Lookup searches only these slots, so it never reads an
+	// endpoint's generation. When the epoch moves on, the next Lookup
+	// re-validates every slot once (revalidate).
+	live    []uint64
+	checked atomic.Uint64
 
-	scratch sync.Pool // *matchScratch
+	scratch sync.Pool // *Matches, for Match
 	reg     metric.Registration
 }
 
@@ -139,7 +150,10 @@ func NewIndex(cfg IndexConfig) (*Index, error) {
 		cfg:   cfg.withDefaults(),
 		eps:   make(map[*signals.Endpoint]*epState),
 		words: 1,
+		live:  make([]uint64, 1),
 	}
+	// No endpoint has state yet, so every slot is valid at today's epoch.
+	ix.checked.Store(signals.RestartEpoch())
 	if cfg.Meter != nil {
 		if err := ix.registerMetrics(cfg.Meter); err != nil {
 			return nil, err
@@ -344,13 +358,13 @@ func (ix *Index) stateLocked(ep *signals.Endpoint) *epState {
 		st.slot = ix.allocSlot(st)
 		st.cap = ix.capacity(ep)
 		ix.eps[ep] = st
-		ix.version.Add(1)
+		ix.slotChanged(st.slot, true)
 		return st
 	}
 	if st.gen != gen {
 		ix.purgeLocked(st)
 		st.gen = gen
-		ix.version.Add(1)
+		ix.slotChanged(st.slot, true)
 	}
 	if c := ix.capacity(ep); c != st.cap {
 		for st.lru.Len() > c {
@@ -409,9 +423,46 @@ func (ix *Index) Retain(keep []*signals.Endpoint) {
 func (ix *Index) dropLocked(st *epState) {
 	ix.purgeLocked(st)
 	delete(ix.eps, st.ep)
-	ix.version.Add(1)
+	ix.slotChanged(st.slot, false)
 	ix.bySlot[st.slot] = nil
 	ix.free = append(ix.free, st.slot)
+}
+
+// slotChanged records that slot s changed hands or was reset: a new
+// version, stamped on the slot, and the slot's live bit (set when it now
+// holds entries of its endpoint's current generation). ix.mu must be held.
+func (ix *Index) slotChanged(s int32, live bool) {
+	ix.stamps[s] = ix.version.Add(1)
+	if bit := uint64(1) << (s & 63); live {
+		ix.live[s>>6] |= bit
+	} else {
+		ix.live[s>>6] &^= bit
+	}
+}
+
+// revalidate clears the live bit of every slot whose endpoint started a new
+// generation since its entries were recorded, and records the restart
+// epoch it did so at. Lookup calls it when signals.RestartEpoch() moved
+// on: O(endpoints) under the write lock, once per restart or outage of an
+// endpoint anywhere in the process. The stale entries stay until the
+// endpoint's next dispatch or Retain drops them, as before; they are
+// invisible to Lookup meanwhile.
+func (ix *Index) revalidate() {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	// The epoch is read before the generations: Endpoint.newGeneration
+	// advances a generation before the epoch, so every generation change
+	// counted in e is seen below, and any later one moves the epoch past e.
+	e := signals.RestartEpoch()
+	if ix.checked.Load() == e {
+		return // another Lookup did it
+	}
+	for s, st := range ix.bySlot {
+		if st != nil && st.gen != st.ep.Generation() {
+			ix.live[s>>6] &^= 1 << (s & 63)
+		}
+	}
+	ix.checked.Store(e)
 }
 
 // allocSlot gives st a slot, growing the bitsets when the slots outgrow them.
@@ -424,6 +475,7 @@ func (ix *Index) allocSlot(st *epState) int32 {
 	}
 	s := int32(len(ix.bySlot))
 	ix.bySlot = append(ix.bySlot, st)
+	ix.stamps = append(ix.stamps, 0)
 	if need := (len(ix.bySlot) + 63) / 64; need > ix.words {
 		ix.regrowSets(max(need, 2*ix.words))
 	}
@@ -436,7 +488,9 @@ func (ix *Index) regrowSets(words int) {
 	for k := 0; k < nsets; k++ {
 		copy(grown[k*words:], ix.sets[k*ix.words:(k+1)*ix.words])
 	}
-	ix.sets, ix.words = grown, words
+	live := make([]uint64, words)
+	copy(live, ix.live)
+	ix.sets, ix.live, ix.words = grown, live, words
 }
 
 // Holder sets, the values of ix.blocks, in three forms by size:
@@ -605,125 +659,377 @@ func (ix *Index) removeHolder(h uint64, slot int32) {
 	}
 }
 
-// slotRef is what Match needs of a candidate endpoint in slot s: the
-// endpoint, the generation its entries belong to and its position in the
-// candidate list.
-type slotRef struct {
-	ep  *signals.Endpoint
-	gen uint64
-	pos int32
+// Matches is the outcome of Index.Lookup: which of the index's endpoint
+// slots hold how much of a prompt. It is kept sparse, as a few groups, each
+// a matched fraction and the bitset of the slots that hold exactly that
+// fraction of the prompt; the groups are disjoint, in decreasing order of
+// fraction, and slots in no group hold nothing. Read it with Fill (one
+// fraction per endpoint of a candidate list) or Fraction (one endpoint).
+//
+// The zero value is ready to use. A Matches belongs to its caller and is
+// not safe for concurrent use; reuse one (per goroutine) so that Lookup and
+// Fill do not allocate once warm. It keeps its buffers and the resolution
+// of the last candidate list Fill saw (which position of the list each of
+// the index's slots is), reused while the list and the index's endpoints
+// are unchanged; to recognise the list it keeps a copy of its endpoint
+// pointers, which it keeps alive until it sees another list.
+type Matches struct {
+	ix    *Index
+	ver   uint64    // ix.version at Lookup
+	words int       // bitset width at Lookup
+	fracs []float64 // group k's matched fraction
+	sets  []uint64  // group k's slots: sets[k·words : (k+1)·words]
+	work  []uint64  // the search's candidate bitsets, one per depth
+	res   resolution
+	mask  []uint64 // Fill's candidates when the index changed after Lookup
+}
+
+// resolution maps a candidate list onto the slots of an index at version
+// ver: the bitset of the slots the list contains and how many, each such
+// slot's first position in the list, the positions that repeat an
+// endpoint, and the positions of endpoints the index has no state for.
+type resolution struct {
+	ix   *Index
+	ver  uint64
+	eps  []*signals.Endpoint
+	cand []uint64
+	n    int
+	pos  []int32 // slot → position
+	dups []dupRef
+	none []int32
 }
 
 // dupRef is a candidate listed twice: position pos gets the result of
 // position first.
 type dupRef struct{ pos, first int32 }
 
-// matchScratch is Match's reusable working memory.
-type matchScratch struct {
-	sets []uint64 // candidate bitsets, one of ix.words words per search depth
+// reset empties m for a lookup in ix.
+func (m *Matches) reset(ix *Index) {
+	m.ix = ix
+	m.fracs = m.fracs[:0]
+	m.sets = m.sets[:0]
+}
 
-	// The resolution of the last candidate list, valid while the index's
-	// version is ver: the list itself, the bitset of the slots it contains,
-	// each such slot's slotRef, and the positions that repeat an endpoint.
-	eps  []*signals.Endpoint
-	cand []uint64
-	ref  []slotRef
-	dups []dupRef
-	ver  uint64
+// add appends a group: the slots in set hold frac of the prompt.
+func (m *Matches) add(frac float64, set []uint64) {
+	m.fracs = append(m.fracs, frac)
+	m.sets = append(m.sets, set...)
+}
+
+// group returns group k's bitset.
+func (m *Matches) group(k int) []uint64 { return m.sets[k*m.words : (k+1)*m.words] }
+
+// level returns the search's candidate bitset at depth d.
+func (m *Matches) level(d, words int) []uint64 { return m.work[d*words : (d+1)*words] }
+
+// Lookup finds how much of req.PromptBlocks, as a leading prefix, each
+// endpoint the index has state for is believed to hold, and stores it in
+// m, replacing what m held. It takes no candidate list: Fill picks the
+// candidates out afterwards. Endpoints whose generation changed (they
+// restarted or went down) since their entries were recorded hold nothing.
+// m does not refer to req afterwards.
+//
+// Cost: O(blocks of the prompt) at worst and independent of the number of
+// endpoints apart from word-wide bitset operations, slots/64 words per
+// step, and one bitset copy per distinct match length found. One table
+// lookup settles a prompt whose first indexed block nobody holds;
+// otherwise the holders of the last indexed block are settled after one
+// lookup, those missing the first after one more, and the rest by
+// bisection over the prompt's indexed positions, O(d·log(blocks/Stride))
+// lookups for d distinct match lengths. Because hashes are chained and
+// eviction is tail first, an endpoint that holds an indexed position holds
+// every one before it, which is what makes bisection exact. Lookup reads
+// no per-endpoint memory: it compares signals.RestartEpoch with the epoch
+// at which the index last validated its endpoints' generations, and only
+// on the first Lookup after an endpoint anywhere in the process restarted
+// or went down does it re-validate every endpoint (O(endpoints), under the
+// write lock).
+//
+// Lookup takes the read lock, does not allocate once m is warm, and is
+// safe for concurrent use with every other method of the index (m itself
+// must not be used concurrently).
+func (ix *Index) Lookup(req *signals.Request, m *Matches) {
+	m.reset(ix)
+	hs := req.PromptBlocks
+	if len(hs) == 0 {
+		return
+	}
+	ix.validate()
+	ix.mu.RLock()
+	if ix.held(hs) {
+		ix.searchLocked(hs, m)
+	} else {
+		m.ver, m.words = ix.version.Load(), ix.words
+	}
+	ix.mu.RUnlock()
+}
+
+// validate re-validates the slots' generations if an endpoint anywhere
+// started a new generation since the last validation.
+func (ix *Index) validate() {
+	if signals.RestartEpoch() != ix.checked.Load() {
+		ix.revalidate()
+	}
+}
+
+// held reports whether anyone holds the first indexed block of hs: nobody
+// holds any of a prompt whose first indexed block is unknown. ix.mu must
+// be read-locked.
+func (ix *Index) held(hs []uint64) bool {
+	probes := (len(hs) + ix.cfg.Stride - 1) / ix.cfg.Stride
+	return ix.blocks.Get(hs[ix.probe(0, probes, len(hs))]) != 0
+}
+
+// searchLocked fills the empty m with the matches of hs among the live
+// slots. ix.mu must be read-locked.
+func (ix *Index) searchLocked(hs []uint64, m *Matches) {
+	w := ix.words
+	m.ver, m.words = ix.version.Load(), w
+	probes := (len(hs) + ix.cfg.Stride - 1) / ix.cfg.Stride
+	// search recurses at most once per halving of the probes.
+	if need := (bits.Len(uint(probes)) + 3) * w; cap(m.work) < need {
+		m.work = make([]uint64, need)
+	}
+	m.work = m.work[:cap(m.work)]
+	if copy(m.work[:w], ix.live) > 0 && !isEmpty(m.work[:w]) {
+		ix.match(hs, m)
+	}
 }
 
 // Match writes into out[i] the fraction of req.PromptBlocks that eps[i] is
 // believed to hold as a leading prefix. Endpoints unknown to the index, or
 // whose generation changed since their entries were recorded, hold nothing.
-// It implements signals.PrefixMatcher: it does not allocate once warm, does
-// not retain eps or out (it remembers the endpoint pointers of its last
-// call to recognise the same pool next time), and is safe for concurrent
-// use.
+// It implements signals.PrefixMatcher: it is Lookup followed by Fill with a
+// Matches of the index's own (from a sync.Pool), under one read lock. It
+// does not allocate once warm, does not retain eps or out (the pooled
+// Matches remembers the endpoint pointers of its last list to recognise
+// the same pool next time), and is safe for concurrent use.
 //
-// Cost: clearing out and one table lookup, which settles a prompt whose
-// first indexed block nobody holds; otherwise recognising the candidate
-// list of the previous call with one memory comparison of the pointer
-// arrays (a map lookup per endpoint when the list or the index's endpoints
-// changed); then one
-// hash-table lookup per probe of a bisection over the prompt's indexed
-// positions, each probe splitting the undecided candidates with word-wide
-// bitset operations (len(eps)/64 words); then a generation check and a
-// store per endpoint that holds part of the prompt. Because hashes are
-// chained and eviction is tail first, an endpoint that holds position p
-// holds every position before it, so the holders of the last position are
-// done after one lookup, those missing the first after one more, and the
-// rest take O(d·log(blocks/Stride)) lookups for d distinct match lengths
-// among them. Endpoints that hold nothing of the prompt cost nothing beyond
-// the clearing and the comparison.
+// Cost: Lookup's, which does not depend on the candidates, plus Fill's,
+// O(len(eps)) for writing out; a prompt whose first indexed block nobody
+// holds costs one table lookup and the clearing of out.
 func (ix *Index) Match(req *signals.Request, eps []*signals.Endpoint, out []float64) {
 	out = out[:len(eps)]
-	clear(out)
 	hs := req.PromptBlocks
 	if len(hs) == 0 || len(eps) == 0 {
+		clear(out)
 		return
 	}
-	probes := (len(hs) + ix.cfg.Stride - 1) / ix.cfg.Stride
+	ix.validate()
 	ix.mu.RLock()
-	// Nobody holds a prompt whose first indexed block is unknown: answer
-	// such a miss without looking at the candidates.
-	if ix.blocks.Get(hs[ix.probe(0, probes, len(hs))]) == 0 {
+	if !ix.held(hs) {
 		ix.mu.RUnlock()
+		clear(out)
 		return
 	}
-	sc, _ := ix.scratch.Get().(*matchScratch)
-	if sc == nil {
-		sc = new(matchScratch)
+	m, _ := ix.scratch.Get().(*Matches)
+	if m == nil {
+		m = new(Matches)
 	}
-	sc.resolve(ix, eps)
-	// search recurses at most once per halving of the probes.
-	w := ix.words
-	if need := (bits.Len(uint(probes)) + 3) * w; cap(sc.sets) < need {
-		sc.sets = make([]uint64, need)
-	}
-	if copy(sc.sets[:w], sc.cand) > 0 && !isEmpty(sc.sets[:w]) {
-		ix.match(hs, sc, out)
-		for _, d := range sc.dups {
-			out[d.pos] = out[d.first]
-		}
-	}
+	m.reset(ix)
+	ix.searchLocked(hs, m)
 	ix.mu.RUnlock()
-	ix.scratch.Put(sc)
+	m.Fill(eps, out)
+	ix.scratch.Put(m)
 }
 
-// resolve makes sc's resolution that of eps, reusing the previous call's
-// when the candidate list and the index's endpoints are unchanged (the
-// usual case: a picker passes the same pool pick after pick). ix.mu must be
-// read-locked.
-func (sc *matchScratch) resolve(ix *Index, eps []*signals.Endpoint) {
-	ver := ix.version.Load()
-	if ver == sc.ver && len(sc.cand) == ix.words && sameEndpoints(eps, sc.eps) {
+// Fill writes into out[i] the fraction of the looked-up prompt that eps[i]
+// holds: 0 for endpoints the index has no state for, for those that hold
+// none of it, and for those whose state in the index was created, dropped
+// or reset for a new generation between Lookup and Fill (an endpoint that
+// restarts after Lookup keeps the fraction Lookup saw). A Matches never
+// looked up fills zeros. out must be at least as long as eps; neither is
+// retained (m keeps a copy of the endpoint pointers, see Matches).
+//
+// Cost: recognising the candidate list of the previous Fill, one memory
+// comparison of the two pointer arrays (else the read lock and a map
+// lookup per candidate); one pass that writes every element of out with
+// the fraction most candidates share (0, or the largest group's); then one
+// store per candidate outside that group. It reads no per-endpoint memory
+// and does not allocate once warm.
+func (m *Matches) Fill(eps []*signals.Endpoint, out []float64) {
+	out = out[:len(eps)]
+	if len(m.fracs) == 0 || len(eps) == 0 {
+		clear(out)
 		return
 	}
-	sc.eps = append(sc.eps[:0], eps...)
-	if cap(sc.cand) < ix.words {
-		sc.cand = make([]uint64, ix.words)
+	r := &m.res
+	cand := r.cand
+	if r.ix != m.ix || r.ver != m.ver || !sameEndpoints(eps, r.eps) {
+		cand = m.resolve(eps)
 	}
-	sc.cand = sc.cand[:ix.words]
-	clear(sc.cand)
-	if n := len(ix.bySlot); cap(sc.ref) < n {
-		sc.ref = make([]slotRef, n)
+	w := min(m.words, len(cand))
+	cand = cand[:w]
+	// The background: the group holding the most candidates, when it
+	// holds more than the positions that get 0 (candidates in no group and
+	// endpoints unknown to the index); else 0. Only with the resolution's
+	// own candidate set, so that every candidate outside the groups is
+	// written below.
+	bg, bgk := 0.0, -1
+	if len(cand) == len(r.cand) && &cand[0] == &r.cand[0] {
+		best, covered := 0, 0
+		for k := range m.fracs {
+			c := countAnd(m.group(k)[:w], cand)
+			covered += c
+			if c > best {
+				best, bgk = c, k
+			}
+		}
+		if zeros := r.n - covered + len(r.none); best > zeros {
+			bg = m.fracs[bgk]
+		} else {
+			bgk = -1
+		}
 	}
-	sc.ref = sc.ref[:len(ix.bySlot)]
-	sc.dups = sc.dups[:0]
+	if bg == 0 {
+		clear(out)
+	} else {
+		fill(out, bg)
+		// Candidates in no group, and unknown endpoints, hold nothing.
+		scatterZeros(r.pos, cand, m.sets, m.words, out)
+		for _, p := range r.none {
+			out[p] = 0
+		}
+	}
+	for k, f := range m.fracs {
+		if k != bgk {
+			scatter(r.pos, m.group(k)[:w], cand, f, out)
+		}
+	}
+	for _, d := range r.dups {
+		out[d.pos] = out[d.first]
+	}
+}
+
+// resolve makes m's resolution that of eps at the index's current version
+// and returns the candidate slots whose fractions m knows: all of them
+// when the index's endpoints are those of Lookup, else only the slots that
+// still belong to the endpoint, and generation, they had at Lookup.
+func (m *Matches) resolve(eps []*signals.Endpoint) []uint64 {
+	ix, r := m.ix, &m.res
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	r.build(ix, eps)
+	if r.ver == m.ver {
+		return r.cand
+	}
+	w := min(len(r.cand), m.words)
+	m.mask = append(m.mask[:0], r.cand[:w]...)
+	for i, x := range m.mask {
+		for ; x != 0; x &= x - 1 {
+			if s := i<<6 | bits.TrailingZeros64(x); ix.stamps[s] > m.ver {
+				m.mask[i] &^= 1 << (s & 63)
+			}
+		}
+	}
+	return m.mask
+}
+
+// build resolves eps against ix. ix.mu must be read-locked.
+func (r *resolution) build(ix *Index, eps []*signals.Endpoint) {
+	r.ix, r.ver = ix, ix.version.Load()
+	clear(r.eps[min(len(eps), len(r.eps)):]) // do not keep departed endpoints alive
+	r.eps = append(r.eps[:0], eps...)
+	w := ix.words
+	if cap(r.cand) < w {
+		r.cand = make([]uint64, w)
+	}
+	r.cand = r.cand[:w]
+	clear(r.cand)
+	if n := len(ix.bySlot); cap(r.pos) < n {
+		r.pos = make([]int32, n)
+	}
+	r.pos = r.pos[:len(ix.bySlot)]
+	r.n, r.dups, r.none = 0, r.dups[:0], r.none[:0]
 	for i, ep := range eps {
 		st := ix.eps[ep]
 		if st == nil {
+			r.none = append(r.none, int32(i))
 			continue
 		}
 		s := st.slot
-		if bit := uint64(1) << (s & 63); sc.cand[s>>6]&bit == 0 {
-			sc.cand[s>>6] |= bit
-			sc.ref[s] = slotRef{ep: ep, gen: st.gen, pos: int32(i)}
+		if bit := uint64(1) << (s & 63); r.cand[s>>6]&bit == 0 {
+			r.cand[s>>6] |= bit
+			r.pos[s] = int32(i)
+			r.n++
 		} else {
-			sc.dups = append(sc.dups, dupRef{pos: int32(i), first: sc.ref[s].pos})
+			r.dups = append(r.dups, dupRef{pos: int32(i), first: r.pos[s]})
 		}
 	}
-	sc.ver = ver
+}
+
+// Fraction returns the fraction of the looked-up prompt that ep holds, as
+// Fill would report it: 0 when m was never looked up, when the index has
+// no state for ep or ep holds none of the prompt, and when ep's state was
+// created, dropped or reset between Lookup and Fraction. It takes the
+// index's read lock for one map lookup, then costs O(groups).
+func (m *Matches) Fraction(ep *signals.Endpoint) float64 {
+	if len(m.fracs) == 0 {
+		return 0
+	}
+	ix := m.ix
+	ix.mu.RLock()
+	s := int32(-1)
+	if st := ix.eps[ep]; st != nil && ix.stamps[st.slot] <= m.ver {
+		s = st.slot
+	}
+	ix.mu.RUnlock()
+	if s < 0 || int(s>>6) >= m.words {
+		return 0
+	}
+	for k, f := range m.fracs {
+		if m.group(k)[s>>6]&(1<<(s&63)) != 0 {
+			return f
+		}
+	}
+	return 0
+}
+
+// countAnd returns the number of bits set in both a and b.
+func countAnd(a, b []uint64) int {
+	n := 0
+	for i, x := range a {
+		n += bits.OnesCount64(x & b[i])
+	}
+	return n
+}
+
+// fill sets every element of out to v, by doubling copies, which the
+// runtime does with vector moves.
+func fill(out []float64, v float64) {
+	if len(out) == 0 {
+		return
+	}
+	out[0] = v
+	for n := 1; n < len(out); n *= 2 {
+		copy(out[n:], out[:n])
+	}
+}
+
+// scatter writes v at the positions of the slots in set ∩ cand.
+func scatter(pos []int32, set, cand []uint64, v float64, out []float64) {
+	cand = cand[:len(set)]
+	for i, x := range set {
+		x &= cand[i]
+		base := i << 6
+		for ; x != 0; x &= x - 1 {
+			out[pos[base|bits.TrailingZeros64(x)]] = v
+		}
+	}
+}
+
+// scatterZeros writes 0 at the positions of the slots of cand in none of
+// the groups in sets (words words each).
+func scatterZeros(pos []int32, cand, sets []uint64, words int, out []float64) {
+	for i, x := range cand {
+		for k := i; k < len(sets); k += words {
+			x &^= sets[k]
+		}
+		base := i << 6
+		for ; x != 0; x &= x - 1 {
+			out[pos[base|bits.TrailingZeros64(x)]] = 0
+		}
+	}
 }
 
 // sameEndpoints reports whether a and b list the same endpoints in the same
@@ -744,26 +1050,22 @@ func sameEndpoints(a, b []*signals.Endpoint) bool {
 		string(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(b))), n))
 }
 
-// level returns the candidate bitset of search depth d.
-func (sc *matchScratch) level(d, words int) []uint64 { return sc.sets[d*words : (d+1)*words] }
-
-// match resolves every candidate's matched length and writes the fractions
-// of those that match anything into out, which is zero. Probe j is the
-// prompt's j-th indexed position: min((j+1)·Stride−1, n−1). The candidates
-// are the bitset at depth 0.
-func (ix *Index) match(hs []uint64, sc *matchScratch, out []float64) {
+// match resolves the matched length of every slot in the search's
+// depth-0 bitset and adds a group to m for each distinct length. Probe j is
+// the prompt's j-th indexed position: min((j+1)·Stride−1, n−1).
+func (ix *Index) match(hs []uint64, m *Matches) {
 	n, w := len(hs), ix.words
-	m := (n + ix.cfg.Stride - 1) / ix.cfg.Stride
-	cand, held := sc.level(0, w), sc.level(1, w)
+	p := (n + ix.cfg.Stride - 1) / ix.cfg.Stride
+	cand, held := m.level(0, w), m.level(1, w)
 	// Holders of the last position hold the whole prompt.
-	if ix.split(hs, m-1, m, cand, held) {
-		assign(sc, held, 1, out)
+	if ix.split(hs, p-1, p, cand, held) {
+		m.add(1, held)
 	}
 	// Those missing the first position hold nothing.
-	if m == 1 || isEmpty(cand) || !ix.split(hs, 0, m, cand, held) {
+	if p == 1 || isEmpty(cand) || !ix.split(hs, 0, p, cand, held) {
 		return
 	}
-	ix.search(hs, 1, m-1, m, 1, sc, out)
+	ix.search(hs, 1, p-1, p, 1, m)
 }
 
 // probe returns the block index of probe j among m.
@@ -822,46 +1124,25 @@ func moveSlot(set, held []uint64, s int32) bool {
 	return true
 }
 
-// assign writes frac for every candidate in set whose entries are of its
-// endpoint's current generation (the others hold nothing, as out already
-// says). The slice header of sc.ref is read once: reading it through sc
-// after each store to out, which the compiler must assume may alias it,
-// made this loop two to three times slower, and so did inlining it into
-// its callers, whose live values crowd it out of registers.
-//
-//go:noinline
-func assign(sc *matchScratch, set []uint64, frac float64, out []float64) {
-	ref := sc.ref
-	for w, x := range set {
-		base := w << 6
-		for ; x != 0; x &= x - 1 {
-			r := &ref[base|bits.TrailingZeros64(x)]
-			if r.ep.Generation() == r.gen {
-				out[r.pos] = frac
-			}
-		}
-	}
-}
-
-// search resolves the candidates in the bitset at depth d, which all hold
-// probe lo−1 and none of which holds probe hi: each one's last held probe
-// lies in [lo−1, hi).
-func (ix *Index) search(hs []uint64, lo, hi, m, d int, sc *matchScratch, out []float64) {
+// search resolves the slots in the bitset at depth d, which all hold probe
+// lo−1 and none of which holds probe hi: each one's last held probe lies in
+// [lo−1, hi). Groups are added longest match first.
+func (ix *Index) search(hs []uint64, lo, hi, p, d int, m *Matches) {
 	w := ix.words
-	set, held := sc.level(d, w), sc.level(d+1, w)
+	set, held := m.level(d, w), m.level(d+1, w)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		if ix.split(hs, mid, m, set, held) {
+		if ix.split(hs, mid, p, set, held) {
 			// Holders of mid continue above it; the rest below it.
-			ix.search(hs, mid+1, hi, m, d+1, sc, out)
+			ix.search(hs, mid+1, hi, p, d+1, m)
 		}
 		hi = mid
 		if isEmpty(set) {
 			return
 		}
 	}
-	matched := ix.probe(lo-1, m, len(hs)) + 1
-	assign(sc, set, float64(matched)/float64(len(hs)), out)
+	matched := ix.probe(lo-1, p, len(hs)) + 1
+	m.add(float64(matched)/float64(len(hs)), set)
 }
 
 func isEmpty(set []uint64) bool {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,14 +52,43 @@ func buildBenchIndex(b *testing.B, n int) *benchIndex {
 	return bi
 }
 
-// BenchmarkMatch measures Match at 64 and 1024 endpoints, each holding 100K
-// blocks, for prompts of 1 KB, 32 KB and 512 KB (16, 512 and 8192 blocks of
-// 64 bytes). "all" is the worst case: every endpoint holds the whole prompt,
-// so the holder bitsets are intersected along all of it. "one" is a
-// conversation held by one endpoint behind a shared system prompt; "miss"
-// is a prompt nobody holds. x-hash is the match time over the time
-// HashText takes for a prompt of the same size, measured in the same run
-// (issue 4's target: at most 2).
+// benchCell is one prompt of BenchmarkMatch and BenchmarkLookup.
+type benchCell struct {
+	name string // e.g. "32KB/one"
+	kb   int    // prompt size
+	req  *signals.Request
+}
+
+// benchCells returns the prompts of the Match and Lookup benchmarks for
+// bi: 1 KB, 32 KB and 512 KB (16, 512 and 8192 blocks of 64 bytes). "all"
+// is the worst case: every endpoint holds the whole prompt, so the holder
+// bitsets are intersected along all of it. "one" is a conversation held by
+// one endpoint behind a system prompt that every endpoint holds; "miss" is
+// a prompt nobody holds.
+func benchCells(bi *benchIndex) []benchCell {
+	miss := chain(nil, benchLongBlocks, 99)
+	var cells []benchCell
+	for _, kb := range []int{1, 32, 512} {
+		blocks := kb * 1024 / DefaultBlockBytes
+		for _, c := range []struct {
+			name   string
+			blocks []uint64
+		}{
+			{"all", bi.shared[:blocks]},
+			{"one", bi.own[:min(blocks, len(bi.own))]},
+			{"miss", miss[:blocks]},
+		} {
+			cells = append(cells, benchCell{fmt.Sprintf("%dKB/%s", kb, c.name), kb, &signals.Request{PromptBlocks: c.blocks}})
+		}
+	}
+	return cells
+}
+
+// BenchmarkMatch measures Match, the dense form the picker calls (Lookup
+// then Fill over the whole pool), at 64 and 1024 endpoints, each holding
+// 100K blocks, for the prompts of benchCells. x-hash is the match time
+// over the time HashText takes for a prompt of the same size, measured in
+// the same run (issue 4's target: at most 2).
 func BenchmarkMatch(b *testing.B) {
 	for _, n := range benchEndpointCounts {
 		// The index is built inside the sub-benchmark so that -bench
@@ -68,27 +98,49 @@ func BenchmarkMatch(b *testing.B) {
 			s := bi.ix.Stats()
 			b.Logf("%d endpoints: %d entries, %d distinct blocks, %.0f MB estimated", n, s.Entries, s.Blocks, float64(s.Bytes)/1e6)
 			out := make([]float64, n)
-			miss := chain(nil, benchLongBlocks, 99)
-			for _, kb := range []int{1, 32, 512} {
-				blocks := kb * 1024 / DefaultBlockBytes
-				cases := []struct {
-					name   string
-					blocks []uint64
-				}{
-					{"all", bi.shared[:blocks]},
-					{"one", bi.own[:min(blocks, len(bi.own))]},
-					{"miss", miss[:blocks]},
+			for _, c := range benchCells(bi) {
+				b.Run(c.name, func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						bi.ix.Match(c.req, bi.eps, out)
+					}
+					b.ReportMetric(matchOverHash(c.kb<<10, func() { bi.ix.Match(c.req, bi.eps, out) }), "x-hash")
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkLookup measures Lookup, the sparse search whose cost does not
+// depend on the number of endpoints, over the cells of BenchmarkMatch,
+// with the same x-hash ratio; and Fill, reading a Lookup's result out for
+// the whole pool, in the cells where every endpoint matches ("all").
+func BenchmarkLookup(b *testing.B) {
+	for _, n := range benchEndpointCounts {
+		b.Run(fmt.Sprintf("eps=%d", n), func(b *testing.B) {
+			bi := buildBenchIndex(b, n)
+			var m Matches
+			for _, c := range benchCells(bi) {
+				b.Run(c.name, func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						bi.ix.Lookup(c.req, &m)
+					}
+					b.ReportMetric(matchOverHash(c.kb<<10, func() { bi.ix.Lookup(c.req, &m) }), "x-hash")
+				})
+			}
+			out := make([]float64, n)
+			for _, c := range benchCells(bi) {
+				if !strings.HasSuffix(c.name, "/all") && !strings.HasSuffix(c.name, "/one") {
+					continue
 				}
-				for _, c := range cases {
-					req := &signals.Request{PromptBlocks: c.blocks}
-					b.Run(fmt.Sprintf("%dKB/%s", kb, c.name), func(b *testing.B) {
-						b.ReportAllocs()
-						for b.Loop() {
-							bi.ix.Match(req, bi.eps, out)
-						}
-						b.ReportMetric(matchOverHash(kb<<10, func() { bi.ix.Match(req, bi.eps, out) }), "x-hash")
-					})
-				}
+				b.Run("fill/"+c.name, func(b *testing.B) {
+					bi.ix.Lookup(c.req, &m)
+					b.ReportAllocs()
+					for b.Loop() {
+						m.Fill(bi.eps, out)
+					}
+				})
 			}
 		})
 	}
