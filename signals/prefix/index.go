@@ -842,8 +842,9 @@ func (ix *Index) Match(req *signals.Request, eps []*signals.Endpoint, out []floa
 // retained (m keeps a copy of the endpoint pointers, see Matches).
 //
 // Cost: recognising the candidate list of the previous Fill, one memory
-// comparison of the two pointer arrays (else the read lock and a map
-// lookup per candidate); one pass that writes every element of out with
+// comparison of the two pointer arrays (else, or when the index's
+// endpoints changed since Lookup, the read lock and a map lookup per
+// candidate); one pass that writes every element of out with
 // the fraction most candidates share (0, or the largest group's); then one
 // store per candidate outside that group. It reads no per-endpoint memory
 // and does not allocate once warm.
@@ -855,7 +856,7 @@ func (m *Matches) Fill(eps []*signals.Endpoint, out []float64) {
 	}
 	r := &m.res
 	cand := r.cand
-	if r.ix != m.ix || r.ver != m.ver || !sameEndpoints(eps, r.eps) {
+	if r.ix != m.ix || r.ver != m.ix.version.Load() || r.ver != m.ver || !sameEndpoints(eps, r.eps) {
 		cand = m.resolve(eps)
 	}
 	w := min(m.words, len(cand))
@@ -901,15 +902,18 @@ func (m *Matches) Fill(eps []*signals.Endpoint, out []float64) {
 	}
 }
 
-// resolve makes m's resolution that of eps at the index's current version
-// and returns the candidate slots whose fractions m knows: all of them
-// when the index's endpoints are those of Lookup, else only the slots that
-// still belong to the endpoint, and generation, they had at Lookup.
+// resolve makes m's resolution that of eps at the index's current version,
+// reusing it if it is, and returns the candidate slots whose fractions m
+// knows: all of them when the index's endpoints are those of Lookup, else
+// only the slots that still belong to the endpoint, and generation, they
+// had at Lookup.
 func (m *Matches) resolve(eps []*signals.Endpoint) []uint64 {
 	ix, r := m.ix, &m.res
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	r.build(ix, eps)
+	if r.ix != ix || r.ver != ix.version.Load() || !sameEndpoints(eps, r.eps) {
+		r.build(ix, eps)
+	}
 	if r.ver == m.ver {
 		return r.cand
 	}

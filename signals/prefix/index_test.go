@@ -505,3 +505,439 @@ func holderForm(v uint64) string {
 	}
 	return "inline"
 }
+
+// refModel is an independent account of what an index should report: per
+// endpoint, whether its generation moved since the index last recorded it
+// (stale: it holds nothing until its next dispatch or a Retain), and
+// whether the index forgot it.
+type refModel struct {
+	stale, gone map[*signals.Endpoint]bool
+	// held, for indexes that never evict: the indexed positions of every
+	// prompt dispatched to the endpoint since it was last reset, computed
+	// here from the stride rule, not read from the index.
+	held map[*signals.Endpoint]map[uint64]bool
+}
+
+func newRefModel() *refModel {
+	return &refModel{
+		stale: map[*signals.Endpoint]bool{},
+		gone:  map[*signals.Endpoint]bool{},
+		held:  map[*signals.Endpoint]map[uint64]bool{},
+	}
+}
+
+// dispatched records blocks on ep: indexed positions are every stride-th
+// block and the last.
+func (r *refModel) dispatched(ep *signals.Endpoint, blocks []uint64, stride int) {
+	if r.stale[ep] || r.gone[ep] || r.held[ep] == nil {
+		r.held[ep] = map[uint64]bool{}
+	}
+	r.stale[ep], r.gone[ep] = false, false
+	for p, h := range blocks {
+		if (p+1)%stride == 0 || p == len(blocks)-1 {
+			r.held[ep][h] = true
+		}
+	}
+}
+
+// ownBlocks returns the block hashes ep itself holds, read from its own
+// LRU table (not from the block table and holder sets that Lookup
+// searches), or nil when it holds nothing: unknown, forgotten or stale.
+func (r *refModel) ownBlocks(ix *Index, ep *signals.Endpoint) map[uint64]bool {
+	st := ix.eps[ep]
+	if st == nil || r.stale[ep] || r.gone[ep] {
+		return nil
+	}
+	own := map[uint64]bool{}
+	st.lru.Each(func(h uint64) { own[h] = true })
+	return own
+}
+
+// refFraction walks the query's indexed positions in order, as the index
+// defines a match: the prompt's blocks stride-1, 2·stride-1, … and its
+// last block; the match ends before the first position not held.
+func refFraction(held map[uint64]bool, query []uint64, stride int) float64 {
+	matched := 0
+	for p := stride - 1; ; p += stride {
+		p = min(p, len(query)-1)
+		if !held[query[p]] {
+			break
+		}
+		matched = p + 1
+		if p == len(query)-1 {
+			break
+		}
+	}
+	return float64(matched) / float64(len(query))
+}
+
+// TestLookupFillAgainstReference drives indexes through random dispatches,
+// completions, restarts, outages, Forget and Retain, and checks Lookup and
+// Fill (with one Matches reused throughout, so its cached resolution is
+// exercised), Fraction and Match against a brute-force reference that
+// walks each endpoint's own held blocks. Candidate lists are random
+// subsets in random order, with duplicates and endpoints the index never
+// saw. Pools of 300 use multi-word bitsets and holder lists; small
+// capacities make endpoints evict.
+func TestLookupFillAgainstReference(t *testing.T) {
+	tests := []struct {
+		stride, eps, capacity int
+	}{
+		{1, 5, 1 << 20}, {4, 40, 1 << 20}, {3, 70, 1 << 20}, {4, 300, 1 << 20},
+		{1, 20, 24}, {4, 130, 12}, {2, 300, 40},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("stride=%d/eps=%d/cap=%d", tc.stride, tc.eps, tc.capacity), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(tc.eps), uint64(tc.capacity)))
+			ix := newIndex(t, IndexConfig{Stride: tc.stride, DefaultCapacity: tc.capacity})
+			eps := newEndpoints(tc.eps)
+			strangers := newEndpoints(3) // never dispatched to
+			// A tree of chains: a shared root, branches off it, and twigs
+			// off the branches.
+			root := chain(nil, 96, 1)
+			chains := [][]uint64{root}
+			for k := 0; k < 4; k++ {
+				br := chain(root[:rng.IntN(len(root))+1], 64, uint64(10+k))
+				chains = append(chains, br, chain(br[:rng.IntN(len(br))+1], 48, uint64(20+k)))
+			}
+			pick := func() []uint64 {
+				c := chains[rng.IntN(len(chains))]
+				return c[:1+rng.IntN(len(c))]
+			}
+			ref := newRefModel()
+			var m Matches
+			for step := 0; step < 400; step++ {
+				ep := eps[rng.IntN(len(eps))]
+				switch op := rng.IntN(20); {
+				case op < 10:
+					blocks := pick()
+					ix.Dispatched(&signals.Request{PromptBlocks: blocks}, ep)
+					ref.dispatched(ep, blocks, tc.stride)
+					if rng.IntN(3) == 0 {
+						ix.Completed(&signals.Request{PromptBlocks: blocks}, ep, signals.Outcome{})
+					}
+				case op == 10:
+					ep.MarkRestarted()
+					ref.stale[ep] = true
+				case op == 11:
+					ep.MarkDown()
+					ep.ReportSuccess()
+					ref.stale[ep] = true
+				case op == 12:
+					ix.Forget(ep)
+					ref.gone[ep] = true
+				case op == 13:
+					ix.Retain(eps) // resets the stale: they hold nothing, and stay so
+					for e := range ref.stale {
+						if ref.stale[e] && !ref.gone[e] {
+							ref.held[e] = map[uint64]bool{}
+						}
+					}
+				}
+				// The candidates: a random selection, in random order,
+				// with repeats and strangers.
+				cands := make([]*signals.Endpoint, 0, len(eps)+2)
+				for _, i := range rng.Perm(len(eps))[:1+rng.IntN(len(eps))] {
+					cands = append(cands, eps[i])
+				}
+				if rng.IntN(2) == 0 {
+					cands = append(cands, cands[rng.IntN(len(cands))], strangers[rng.IntN(len(strangers))])
+				}
+				if rng.IntN(4) == 0 && step > 0 {
+					cands = eps // the same list again: the cached resolution
+				}
+				query := pick()
+				want := make([]float64, len(cands))
+				for i, c := range cands {
+					own := ref.ownBlocks(ix, c)
+					if tc.capacity == 1<<20 && own != nil {
+						require.Equal(t, ref.held[c], own, "step %d: the endpoint's own blocks", step)
+					}
+					want[i] = refFraction(own, query, tc.stride)
+				}
+				req := &signals.Request{PromptBlocks: query}
+				ix.Lookup(req, &m)
+				got := make([]float64, len(cands))
+				for i := range got {
+					got[i] = -1 // Fill must write every position
+				}
+				m.Fill(cands, got)
+				require.InDeltaSlice(t, want, got, 1e-12, "step %d: Lookup+Fill", step)
+				for i, c := range cands {
+					require.InDelta(t, want[i], m.Fraction(c), 1e-12, "step %d: Fraction of candidate %d", step, i)
+				}
+				require.InDeltaSlice(t, want, match(ix, query, cands), 1e-12, "step %d: Match", step)
+			}
+		})
+	}
+}
+
+// TestLookupAfterRestart checks that a restart or outage between two
+// lookups of the same candidate list (so that Fill reuses its resolution)
+// empties the endpoint at once, without a Retain or dispatch, both for
+// Lookup+Fill and for Match; and what a change between Lookup and Fill
+// does.
+func TestLookupAfterRestart(t *testing.T) {
+	blocks := chain(nil, 40, 1)
+	req := &signals.Request{PromptBlocks: blocks}
+	tests := []struct {
+		name    string
+		between func(ix *Index, eps []*signals.Endpoint) // between the lookups
+		want    []float64
+	}{
+		{"nothing", func(*Index, []*signals.Endpoint) {}, []float64{1, 0.5, 1}},
+		{"restart", func(_ *Index, eps []*signals.Endpoint) { eps[1].MarkRestarted() }, []float64{1, 0, 1}},
+		{"outage", func(_ *Index, eps []*signals.Endpoint) { eps[2].MarkDown() }, []float64{1, 0.5, 0}},
+		{"outage and recovery", func(_ *Index, eps []*signals.Endpoint) { eps[2].MarkDown(); eps[2].ReportSuccess() }, []float64{1, 0.5, 0}},
+		{"two restarts", func(_ *Index, eps []*signals.Endpoint) { eps[0].MarkRestarted(); eps[1].MarkRestarted() }, []float64{0, 0, 1}},
+		{"restart, then a new dispatch", func(ix *Index, eps []*signals.Endpoint) {
+			eps[0].MarkRestarted()
+			ix.Dispatched(&signals.Request{PromptBlocks: blocks[:8]}, eps[0])
+		}, []float64{0.2, 0.5, 1}},
+		{"restart of an endpoint of another index", func(*Index, []*signals.Endpoint) {
+			newEndpoints(1)[0].MarkRestarted()
+		}, []float64{1, 0.5, 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := newIndex(t, IndexConfig{})
+			eps := newEndpoints(3)
+			ix.Dispatched(req, eps[0])
+			ix.Dispatched(&signals.Request{PromptBlocks: blocks[:20]}, eps[1])
+			ix.Dispatched(req, eps[2])
+			var m Matches
+			out := make([]float64, 3)
+			ix.Lookup(req, &m)
+			m.Fill(eps, out)
+			require.Equal(t, []float64{1, 0.5, 1}, out)
+			require.Equal(t, []float64{1, 0.5, 1}, match(ix, blocks, eps))
+
+			tc.between(ix, eps)
+			ix.Lookup(req, &m)
+			m.Fill(eps, out)
+			assert.Equal(t, tc.want, out, "Lookup+Fill")
+			assert.Equal(t, tc.want, match(ix, blocks, eps), "Match")
+		})
+	}
+}
+
+// TestFillAfterIndexChanges checks Fill when the index's endpoints change
+// between Lookup and Fill: a slot that changed hands or was reset is not
+// reported for its new owner, while the others keep what Lookup found.
+func TestFillAfterIndexChanges(t *testing.T) {
+	blocks := chain(nil, 16, 1)
+	req := &signals.Request{PromptBlocks: blocks}
+	tests := []struct {
+		name    string
+		between func(ix *Index, eps []*signals.Endpoint)
+		want    []float64 // for eps[0], eps[1], eps[2], eps[3]
+	}{
+		{"nothing", func(*Index, []*signals.Endpoint) {}, []float64{1, 0.25, 0, 0}},
+		{"a restart, no dispatch: Lookup's view", func(_ *Index, eps []*signals.Endpoint) {
+			eps[0].MarkRestarted()
+		}, []float64{1, 0.25, 0, 0}},
+		{"a restart and a dispatch reset the slot", func(ix *Index, eps []*signals.Endpoint) {
+			eps[0].MarkRestarted()
+			ix.Dispatched(req, eps[0])
+		}, []float64{0, 0.25, 0, 0}},
+		{"forgotten, its slot reused by a newcomer", func(ix *Index, eps []*signals.Endpoint) {
+			ix.Forget(eps[0])
+			ix.Dispatched(req, eps[3]) // takes eps[0]'s slot
+		}, []float64{0, 0.25, 0, 0}},
+		{"a newcomer in a new slot", func(ix *Index, eps []*signals.Endpoint) {
+			ix.Dispatched(req, eps[2])
+		}, []float64{1, 0.25, 0, 0}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := newIndex(t, IndexConfig{})
+			eps := newEndpoints(4)
+			ix.Dispatched(req, eps[0])
+			ix.Dispatched(&signals.Request{PromptBlocks: blocks[:4]}, eps[1])
+			var m Matches
+			ix.Lookup(req, &m)
+			out := make([]float64, 4)
+			m.Fill(eps, out) // warm the resolution
+			tc.between(ix, eps)
+			m.Fill(eps, out)
+			assert.Equal(t, tc.want, out, "Fill")
+			for i, ep := range eps {
+				assert.Equal(t, tc.want[i], m.Fraction(ep), "Fraction of %d", i)
+			}
+		})
+	}
+}
+
+func TestMatchesEdgeCases(t *testing.T) {
+	eps := newEndpoints(2)
+	blocks := chain(nil, 8, 1)
+	req := &signals.Request{PromptBlocks: blocks}
+	var zero Matches
+	out := []float64{7, 7}
+	zero.Fill(eps, out)
+	assert.Equal(t, []float64{0, 0}, out, "never looked up")
+	assert.Zero(t, zero.Fraction(eps[0]))
+
+	a, b := newIndex(t, IndexConfig{Stride: 1}), newIndex(t, IndexConfig{Stride: 1})
+	a.Dispatched(req, eps[0])
+	b.Dispatched(&signals.Request{PromptBlocks: blocks[:2]}, eps[1])
+	b.Dispatched(&signals.Request{PromptBlocks: blocks[:1]}, eps[0])
+	var m Matches
+	a.Lookup(req, &m)
+	m.Fill(eps, out)
+	assert.Equal(t, []float64{1, 0}, out)
+	b.Lookup(req, &m) // the same Matches on another index
+	m.Fill(eps, out)
+	assert.Equal(t, []float64{0.125, 0.25}, out)
+	m.Fill(nil, nil)
+	b.Lookup(&signals.Request{}, &m)
+	out = []float64{7, 7}
+	m.Fill(eps, out)
+	assert.Equal(t, []float64{0, 0}, out, "no blocks")
+	b.Lookup(&signals.Request{PromptBlocks: chain(nil, 8, 2)}, &m)
+	m.Fill(eps, out)
+	assert.Equal(t, []float64{0, 0}, out, "a miss")
+	b.Lookup(req, &m)
+	long := make([]float64, 3)
+	m.Fill(eps, long)
+	assert.Equal(t, []float64{0.125, 0.25, 0}, long, "out longer than eps: the rest untouched")
+}
+
+// TestFillBackground covers both ways Fill writes out: most candidates
+// sharing one match (written as a background, the rest scattered) and most
+// holding nothing.
+func TestFillBackground(t *testing.T) {
+	blocks := chain(nil, 8, 1)
+	tests := []struct {
+		name    string
+		holders int // of 10 candidates, the first hold everything
+		extra   int // strangers appended to the list
+	}{
+		{"all hold", 10, 0},
+		{"most hold", 7, 0},
+		{"most hold, strangers", 6, 3},
+		{"half hold", 5, 0},
+		{"few hold", 2, 0},
+		{"one holds", 1, 5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := newIndex(t, IndexConfig{Stride: 1})
+			eps := newEndpoints(10)
+			want := make([]float64, 10+tc.extra)
+			for i, ep := range eps {
+				if i < tc.holders {
+					ix.Dispatched(&signals.Request{PromptBlocks: blocks}, ep)
+					want[i] = 1
+				} else {
+					ix.Dispatched(&signals.Request{PromptBlocks: chain(nil, 4, uint64(100+i))}, ep)
+				}
+			}
+			eps = append(eps, newEndpoints(tc.extra)...)
+			var m Matches
+			ix.Lookup(&signals.Request{PromptBlocks: blocks}, &m)
+			out := make([]float64, len(eps))
+			for i := range out {
+				out[i] = 7
+			}
+			m.Fill(eps, out)
+			assert.Equal(t, want, out)
+		})
+	}
+}
+
+func TestLookupFillDoNotAllocate(t *testing.T) {
+	eps := newEndpoints(300)
+	ix := newIndex(t, IndexConfig{})
+	shared := chain(nil, 128, 1)
+	for i, ep := range eps {
+		ix.Dispatched(&signals.Request{PromptBlocks: chain(shared, 64, uint64(i+2))}, ep)
+	}
+	req := &signals.Request{PromptBlocks: chain(shared, 64, 5)}
+	var m Matches
+	out := make([]float64, len(eps))
+	ix.Lookup(req, &m)
+	m.Fill(eps, out)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { ix.Lookup(req, &m) }), "Lookup")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { m.Fill(eps, out) }), "Fill")
+	assert.InDelta(t, 1, out[3], 1e-12) // chain seed 5 was dispatched to eps[3]
+	assert.InDelta(t, 128.0/192, out[0], 1e-12)
+}
+
+// TestLookupConcurrentUse runs Lookup, Fill and Fraction (one Matches per
+// goroutine) against Dispatched, Completed, Forget, Retain and restarts,
+// for the race detector; then checks that the settled index answers
+// Lookup+Fill as Match does.
+func TestLookupConcurrentUse(t *testing.T) {
+	eps := newEndpoints(130)
+	ix := newIndex(t, IndexConfig{DefaultCapacity: 256})
+	shared := chain(nil, 32, 1)
+	var wg sync.WaitGroup
+	for g := 0; g < 3; g++ {
+		wg.Add(2)
+		go func(g int) { // a reader
+			defer wg.Done()
+			var m Matches
+			out := make([]float64, len(eps))
+			for i := 0; i < 300; i++ {
+				req := &signals.Request{PromptBlocks: chain(shared, 16, uint64(i%50))}
+				ix.Lookup(req, &m)
+				cands := eps[(g*7+i)%20:]
+				m.Fill(cands, out)
+				for j, f := range out[:len(cands)] {
+					if f < 0 || f > 1 {
+						t.Errorf("fraction %v at %d", f, j)
+					}
+				}
+				_ = m.Fraction(eps[i%len(eps)])
+			}
+		}(g)
+		go func(g int) { // a writer
+			defer wg.Done()
+			for i := 0; i < 300; i++ {
+				req := &signals.Request{PromptBlocks: chain(shared, 16, uint64(i%50))}
+				ep := eps[(g*31+i)%len(eps)]
+				ix.Dispatched(req, ep)
+				ix.Completed(req, ep, signals.Outcome{})
+				switch i % 61 {
+				case 0:
+					ep.MarkRestarted()
+				case 20:
+					ix.Forget(ep)
+				case 40:
+					ix.Retain(eps)
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	var m Matches
+	for i := 0; i < 50; i++ {
+		req := &signals.Request{PromptBlocks: chain(shared, 16, uint64(i))}
+		ix.Lookup(req, &m)
+		out := make([]float64, len(eps))
+		m.Fill(eps, out)
+		require.Equal(t, match(ix, req.PromptBlocks, eps), out)
+	}
+}
+
+func ExampleIndex_Lookup() {
+	ix, err := NewIndex(IndexConfig{Stride: 1})
+	if err != nil {
+		panic(err)
+	}
+	a := signals.NewEndpoint(signals.EndpointSpec{Name: "pod-a"})
+	b := signals.NewEndpoint(signals.EndpointSpec{Name: "pod-b"})
+	c := signals.NewEndpoint(signals.EndpointSpec{Name: "pod-c"})
+	system := chain(nil, 6, 1)  // a shared system prompt
+	conv := chain(system, 2, 2) // one conversation behind it
+	ix.Dispatched(&signals.Request{PromptBlocks: system}, a)
+	ix.Dispatched(&signals.Request{PromptBlocks: conv}, b)
+
+	var m Matches // reuse it: Lookup and Fill do not allocate once warm
+	ix.Lookup(&signals.Request{PromptBlocks: conv}, &m)
+	out := make([]float64, 3)
+	m.Fill([]*signals.Endpoint{a, b, c}, out)
+	fmt.Println(out, m.Fraction(b))
+	// Output: [0.75 1 0] 1
+}
