@@ -20,18 +20,30 @@
 // request's blocks on the endpoint it was dispatched to, so a burst that
 // shares a prefix sees the first placement at once, confirms them when the
 // request completes, and forgets an endpoint's blocks when the endpoint
-// restarts or goes down (signals.Endpoint.Generation, checked lazily) or
-// leaves the pool (Index.Retain or Index.Forget, called by whoever owns the
-// pool). Each endpoint has a block capacity taken from its scraped KV-cache
-// size, with LRU eviction per endpoint. The index keeps one entry per
-// (block, endpoint) pair, millions of them, in open-addressing tables of
-// 16-byte slots of its own (about 50 bytes per entry, where the
-// github.com/hashicorp/golang-lru/v2 LRU of the first version took 155).
-// Match resolves every candidate's prefix by bisection over the prompt's
-// indexed blocks, so its cost grows with the logarithm of the prompt and
-// linearly with the candidates, never with their product, and it does not
-// allocate. Memory is bounded by the endpoints' capacities and reported by
-// Index.Stats and, given a meter, as OpenTelemetry gauges.
+// restarts or goes down (a new signals.Endpoint.Generation, noticed through
+// signals.RestartEpoch) or leaves the pool (Index.Retain or Index.Forget,
+// called by whoever owns the pool). Each endpoint has a block capacity
+// taken from its scraped KV-cache size, with LRU eviction per endpoint. The
+// index keeps one entry per (block, endpoint) pair, millions of them, in
+// open-addressing tables of 16-byte slots of its own (about 50 bytes per
+// entry, where the github.com/hashicorp/golang-lru/v2 LRU of the first
+// version took 155). Memory is bounded by the endpoints' capacities and
+// reported by Index.Stats and, given a meter, as OpenTelemetry gauges.
+//
+// # Matching
+//
+// Index.Lookup resolves how much of a prompt every endpoint holds, by
+// bisection over the prompt's indexed blocks with one table lookup per
+// probe and word-wide operations on bitsets of endpoint slots, into a
+// caller-owned Matches: a few groups of (matched fraction, slots). Its cost
+// is O(blocks of the prompt), in practice O(log blocks) lookups per
+// distinct match length, and does not depend on the number of endpoints
+// beyond slots/64 words per bitset operation; it reads no per-endpoint
+// memory and does not allocate once the Matches is warm. Matches.Fill
+// writes the fractions of a candidate list into a dense slice, O(len of the
+// list) with no per-endpoint reads, and Matches.Fraction reads one
+// endpoint's. Index.Match, the picker's PrefixMatcher call, is Lookup then
+// Fill over the candidates.
 //
 // # Use
 //
@@ -40,4 +52,8 @@
 //	p, _ := picker.New(cfg, picker.WithPrefixMatcher(ix)) // ix also observes
 //	blocks, n, err := h.HashBody(nil, model, adapter, body)
 //	req := &signals.Request{Model: model, PromptBlocks: blocks, PromptTokens: n / prefix.BytesPerToken}
+//
+//	var m prefix.Matches // one per goroutine, reused
+//	ix.Lookup(req, &m)
+//	m.Fill(candidates, fractions)
 package prefix

@@ -69,17 +69,33 @@ var (
 // picker.WithPrefixMatcher and it observes dispatches and outcomes by
 // itself.
 //
+// Two ways to read it. Lookup finds how much of a prompt every endpoint of
+// the index holds and keeps it sparse in a caller-owned Matches, a few
+// (fraction, bitset of endpoint slots) groups, at a cost of O(blocks of
+// the prompt) that does not depend on the number of endpoints; Fill then
+// writes the fractions of a candidate list into a dense slice, O(len of
+// the list), and Fraction reads one endpoint's. Match, the
+// signals.PrefixMatcher method, is Lookup followed by Fill.
+//
 // Layout: every endpoint gets a small slot number; a hash table from block
 // hash to the set of slots holding the block (up to three slots inline in
-// the table's value, a bitset beyond); and per endpoint an LRU of the block
-// hashes it holds, sized from the endpoint's scraped KV-cache capacity,
-// whose evictions remove the slot from the block's set. Blocks are touched
-// last to first, so an endpoint's LRU evicts the tail of a prompt before its
-// head, as vLLM evicts a freed request's blocks tail first; with chained
-// hashes this keeps what an endpoint holds of any prompt a leading prefix,
-// and Match finds every candidate's prefix length by bisection over the
-// prompt's blocks with one table lookup per probe, never walking the chain
-// once per endpoint.
+// the table's value, a short list or a bitset beyond); and per endpoint an
+// LRU of the block hashes it holds, sized from the endpoint's scraped
+// KV-cache capacity, whose evictions remove the slot from the block's set.
+// Blocks are touched last to first, so an endpoint's LRU evicts the tail
+// of a prompt before its head, as vLLM evicts a freed request's blocks
+// tail first; with chained hashes this keeps what an endpoint holds of any
+// prompt a leading prefix, and Lookup finds every endpoint's prefix length
+// at once by bisection over the prompt's blocks, one table lookup per probe
+// splitting the undecided slots with word-wide bitset operations, never
+// walking the chain once per endpoint.
+//
+// Restarts: an endpoint that restarted or went down (a new
+// signals.Endpoint.Generation) holds nothing from then on. Lookup does not
+// read generations: the index keeps the bitset of slots whose entries are
+// current and re-validates it, once, when signals.RestartEpoch shows that
+// some endpoint in the process started a new generation. The stale entries
+// are dropped at the endpoint's next dispatch or by Retain.
 //
 // Both tables are this package's own open-addressing arrays of 16-byte
 // slots (lru.go, table.go), not Go maps and the
@@ -92,9 +108,11 @@ var (
 // Only every Stride-th block and the last block of a prompt are recorded
 // (IndexConfig.Stride), so a match is resolved to Stride blocks.
 //
-// An Index is safe for concurrent use: Match takes a read lock and does not
-// allocate; Dispatched, Completed and Forget take the write lock and cost
-// O(blocks of the request) or O(entries of the endpoint).
+// An Index is safe for concurrent use: Lookup and Match take the read lock
+// and do not allocate once warm (the first Lookup after a restart anywhere
+// takes the write lock once, O(endpoints)); Dispatched, Completed and
+// Forget take the write lock and cost O(blocks of the request) or
+// O(entries of the endpoint).
 type Index struct {
 	cfg IndexConfig
 
@@ -800,14 +818,18 @@ func (ix *Index) searchLocked(hs []uint64, m *Matches) {
 // believed to hold as a leading prefix. Endpoints unknown to the index, or
 // whose generation changed since their entries were recorded, hold nothing.
 // It implements signals.PrefixMatcher: it is Lookup followed by Fill with a
-// Matches of the index's own (from a sync.Pool), under one read lock. It
-// does not allocate once warm, does not retain eps or out (the pooled
-// Matches remembers the endpoint pointers of its last list to recognise
-// the same pool next time), and is safe for concurrent use.
+// Matches of the index's own, taken from a sync.Pool only when someone
+// holds the prompt's first indexed block. It does not allocate once warm,
+// does not retain eps or out (the pooled Matches remembers the endpoint
+// pointers of its last list to recognise the same pool next time), and is
+// safe for concurrent use.
 //
 // Cost: Lookup's, which does not depend on the candidates, plus Fill's,
 // O(len(eps)) for writing out; a prompt whose first indexed block nobody
-// holds costs one table lookup and the clearing of out.
+// holds costs one table lookup and the clearing of out. A caller that
+// needs the fractions of only a few endpoints, or whose pool is large,
+// does better with Lookup and Fraction, or Fill over the endpoints it
+// needs.
 func (ix *Index) Match(req *signals.Request, eps []*signals.Endpoint, out []float64) {
 	out = out[:len(eps)]
 	hs := req.PromptBlocks
