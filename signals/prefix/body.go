@@ -1,12 +1,11 @@
 package prefix
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
-	"sync"
+	"slices"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -16,9 +15,9 @@ import (
 // estimates the prompt's tokens whatever its form.
 const BytesPerToken = 4
 
-// ErrBadBody is returned, wrapped with the byte offset, by HashBody when the
-// request body is not well-formed JSON or its prompt fields have the wrong
-// shape.
+// ErrBadBody is returned, wrapped with the byte offset, by HashBody and
+// Prompt.Read when the request body is not well-formed JSON or its prompt
+// fields have the wrong shape.
 var ErrBadBody = errors.New("prefix: malformed request body")
 
 // maxDepth bounds JSON nesting so that a hostile body cannot exhaust the
@@ -32,6 +31,9 @@ const (
 	sepField   = 0x1f // after the role and the name
 	sepPart    = 0x1d // before a structured part (tool calls, non-text content)
 )
+
+// maxPooledText is the largest rendered-text buffer a pooled Prompt keeps.
+const maxPooledText = 8 << 20
 
 // HashBody renders the prompt of an OpenAI-style JSON request body and
 // appends its chained block hashes to dst, like HashText on the rendered
@@ -55,76 +57,171 @@ const (
 //     responses "instructions" render as a leading system message.
 //
 // A body with none of these fields has no blocks and no error. HashBody
-// scans the body once without decoding it into maps, does not retain body,
-// and is safe for concurrent use.
+// scans the body once without decoding it into maps (Prompt.Read), does not
+// retain body, and is safe for concurrent use.
 func (h *Hasher) HashBody(dst []uint64, model, adapter string, body []byte) (blocks []uint64, promptBytes int, err error) {
-	st := h.getState(dst, model, adapter)
-	defer h.putState(st)
-	n, err := st.render(body)
-	if err != nil {
+	pr, _ := h.prompts.Get().(*Prompt)
+	if pr == nil {
+		pr = h.NewPrompt()
+	}
+	defer h.putPrompt(pr)
+	if _, err := pr.Read(body, nil); err != nil {
 		return dst, 0, err
 	}
-	return st.text.dst, n, nil
+	return pr.Hash(dst, model, adapter), pr.bytes, nil
+}
+
+func (h *Hasher) putPrompt(pr *Prompt) {
+	if cap(pr.text) > maxPooledText {
+		return
+	}
+	pr.Reset()
+	h.prompts.Put(pr)
 }
 
 // renderBody renders body's prompt as HashBody sees it, appended to out; for
 // tests and debugging.
 func (h *Hasher) renderBody(out []byte, body []byte) ([]byte, int, error) {
-	st := h.getState(nil, "", "")
-	defer h.putState(st)
-	st.text.keep = true
-	st.text.kept = out
-	st.text.kept0 = len(out)
-	n, err := st.render(body)
-	return st.text.kept, n, err
-}
-
-// bodyState is the per-call state of HashBody, pooled.
-type bodyState struct {
-	h    *Hasher
-	text textSink
-	tok  tokenSink
-	s    scan
-}
-
-func (h *Hasher) getState(dst []uint64, model, adapter string) *bodyState {
-	st, _ := h.pool().Get().(*bodyState)
-	if st == nil {
-		st = &bodyState{h: h}
-		st.text.buf = make([]byte, h.cfg.BlockBytes)
-		st.tok.buf = make([]int, h.cfg.TokenBlock)
+	pr := h.NewPrompt()
+	_, err := pr.Read(body, nil)
+	if pr.tokens {
+		return out, pr.bytes, err
 	}
-	st.text.reset(h, dst, h.seed(domainText, model, adapter))
-	st.tok.reset(h, dst, h.seed(domainTokens, model, adapter))
-	return st
+	pr.pieces(func(p []byte) { out = append(out, p...) })
+	return out, pr.bytes, err
 }
 
-func (h *Hasher) putState(st *bodyState) {
-	st.text.dst = nil
-	st.text.kept = nil
-	st.text.keep = false
-	st.tok.dst = nil
-	st.s = scan{}
-	h.pool().Put(st)
+// Prompt is the prompt of one request body as HashBody renders it, read by
+// Read and hashed by Hash. The rendered text does not depend on the model,
+// the adapter or the salt, so a router can read a body once, before it knows
+// the route (which names the model and adapter), and hash the prompt after.
+//
+// A Prompt belongs to the Hasher that made it (NewPrompt) and keeps its
+// scratch space from one Read to the next. It is not safe for concurrent
+// use. The zero value is not usable.
+type Prompt struct {
+	h      *Hasher
+	text   []byte // rendered text of the (first) prompt, in the order of segs
+	segs   []span // pieces of text in rendered order, then text[tail:]
+	tail   int
+	carry  []byte // a block straddling pieces, while hashing
+	ids    []int  // token ids of the first prompt, when tokens; capped
+	tokens bool   // the prompt is token ids
+	bytes  int    // rendered bytes of every prompt of a batch
+	read   bool   // a Read succeeded since the last Reset
+	s      scan
 }
 
-func (h *Hasher) pool() *sync.Pool { return &h.states }
+// NewPrompt returns an empty Prompt for h.
+func (h *Hasher) NewPrompt() *Prompt { return &Prompt{h: h} }
+
+// Hasher returns the Hasher that made the Prompt.
+func (pr *Prompt) Hasher() *Hasher { return pr.h }
+
+// clear empties the rendered text.
+func (pr *Prompt) clear() {
+	pr.text, pr.segs, pr.tail = pr.text[:0], pr.segs[:0], 0
+}
+
+// reorder moves text[c0:h0], rendered before text[h0:], after it: the
+// buffer stays as it is and segs records the order, so that nothing is
+// copied. Truncating text later must not cut below the new tail.
+func (pr *Prompt) reorder(c0, h0 int) {
+	h1 := len(pr.text)
+	if pr.tail < c0 {
+		pr.segs = append(pr.segs, span{pr.tail, c0})
+	}
+	pr.segs = append(pr.segs, span{h0, h1}, span{c0, h0})
+	pr.tail = h1
+}
+
+// pieces calls f with the rendered text in order.
+func (pr *Prompt) pieces(f func([]byte)) {
+	for _, sp := range pr.segs {
+		f(pr.text[sp.start:sp.end])
+	}
+	f(pr.text[pr.tail:])
+}
+
+// Reset empties the Prompt, keeping its buffers.
+func (pr *Prompt) Reset() {
+	pr.clear()
+	pr.ids = pr.ids[:0]
+	pr.tokens, pr.bytes, pr.read = false, 0, false
+	pr.s = scan{}
+}
+
+// Ok reports whether the Prompt holds the result of a successful Read (as
+// opposed to a new, Reset or failed one).
+func (pr *Prompt) Ok() bool { return pr.read }
+
+// Bytes returns the rendered prompt length of the last Read, as HashBody
+// returns it: bytes of rendered text, BytesPerToken per token id, every
+// prompt of a batch counted.
+func (pr *Prompt) Bytes() int { return pr.bytes }
+
+// Hash appends to dst the chained block hashes of the prompt under model
+// and adapter and returns the extended slice: exactly what HashBody would
+// append for the body last read. An empty Prompt appends nothing. Hash
+// leaves the prompt unchanged, so it may be called again, under another
+// model, but it uses the Prompt's scratch space.
+func (pr *Prompt) Hash(dst []uint64, model, adapter string) []uint64 {
+	if pr.tokens {
+		return pr.h.HashTokens(dst, model, adapter, pr.ids)
+	}
+	if len(pr.segs) == 0 {
+		return pr.h.HashText(dst, model, adapter, pr.text)
+	}
+	return pr.h.hashPieces(dst, model, adapter, pr)
+}
+
+// Read renders the prompt of body (see HashBody for the fields read),
+// replacing what the Prompt held. It reads the body in one pass: the
+// object's keys and values are validated on the way (strings that become
+// prompt text are unescaped as they are found), and the text is kept,
+// unhashed, for Hash.
+//
+// When field is not nil it is called, in body order, with the raw bytes of
+// every top-level key (escapes not decoded) and the span [start, end) of its
+// value in body, after the value has been read; field must not retain key.
+// An error from field stops Read, which returns it unchanged.
+//
+// Read returns the offset just after the object's closing brace (what
+// follows is not read), or an error wrapping ErrBadBody, with the byte
+// offset, when body is not a JSON object or is malformed up to that point;
+// the Prompt is then empty. It does not retain body.
+func (pr *Prompt) Read(body []byte, field func(key []byte, start, end int) error) (end int, err error) {
+	pr.Reset()
+	if cap(pr.text) < len(body)+16 {
+		pr.text = make([]byte, 0, len(body)+len(body)/8+64)
+	}
+	end, err = pr.render(body, field)
+	pr.s = scan{}
+	if err != nil {
+		pr.Reset()
+		return end, err
+	}
+	pr.read = true
+	return end, nil
+}
 
 // span is a byte range [start, end) of the body.
 type span struct{ start, end int }
 
 func (sp span) ok() bool { return sp.end > sp.start }
 
-// render scans the body, then renders the recognised fields in a fixed
-// order and returns the prompt length.
-func (st *bodyState) render(body []byte) (int, error) {
-	s := &st.s
+// render scans the body, rendering the messages (and a string prompt or
+// input) as they are found, then settles the fixed order of the recognised
+// fields.
+func (pr *Prompt) render(body []byte, field func(key []byte, start, end int) error) (int, error) {
+	s := &pr.s
 	*s = scan{b: body}
 	var tools, instr, msgs, prompt, input span
 	early, late := false, false // messages rendered during the scan; tools or instructions after them
+	var direct span             // a string prompt or input rendered during the scan
 	s.ws()
 	if !s.eat('{') {
-		return 0, s.fail()
+		return s.i, s.fail()
 	}
 	s.ws()
 	if !s.eat('}') {
@@ -132,32 +229,44 @@ func (st *bodyState) render(body []byte) (int, error) {
 			s.ws()
 			ks, ke, _, ok := s.str()
 			if !ok {
-				return 0, s.fail()
+				return s.i, s.fail()
 			}
 			s.ws()
 			if !s.eat(':') {
-				return 0, s.fail()
+				return s.i, s.fail()
 			}
 			s.ws()
 			v0 := s.i
-			key := string(body[ks:ke])
-			if key == "messages" && !msgs.ok() && v0 < len(body) && body[v0] == '[' {
+			key := body[ks:ke]
+			switch {
+			case string(key) == "messages" && !msgs.ok() && v0 < len(body) && body[v0] == '[':
 				// Render the messages during this scan (after any tools or
 				// instructions seen so far); a tools or instructions field
 				// after them means rendering again in the fixed order.
-				if _, err := st.chat(tools, instr, span{}); err != nil {
-					return 0, err
+				pr.clear()
+				direct = span{}
+				if err := pr.chat(tools, instr, span{}); err != nil {
+					return s.i, err
 				}
-				if err := st.messages(span{v0, len(body)}); err != nil {
-					return 0, err
+				if err := pr.messages(v0); err != nil {
+					return s.i, err
 				}
-				msgs = span{v0, s.i}
 				early = true
-			} else if !s.skip(0) {
-				return 0, s.fail()
+			case !early && (string(key) == "prompt" || string(key) == "input") && v0 < len(body) && body[v0] == '"':
+				// A string prompt is rendered as it is read; the end of the
+				// scan decides whether it stands.
+				pr.clear()
+				if !pr.stringAt(v0) {
+					return s.i, s.fail()
+				}
+				direct = span{v0, s.i}
+			default:
+				if !s.skip(0) {
+					return s.i, s.fail()
+				}
 			}
 			v := span{v0, s.i}
-			switch key {
+			switch string(key) {
 			case "messages":
 				msgs = v
 			case "prompt":
@@ -171,6 +280,11 @@ func (st *bodyState) render(body []byte) (int, error) {
 				tools = v
 				late = late || (early && !isNull(body[v.start:v.end]))
 			}
+			if field != nil {
+				if err := field(key, v.start, v.end); err != nil {
+					return s.i, err
+				}
+			}
 			s.ws()
 			if s.eat(',') {
 				continue
@@ -178,166 +292,176 @@ func (st *bodyState) render(body []byte) (int, error) {
 			if s.eat('}') {
 				break
 			}
-			return 0, s.fail()
+			return s.i, s.fail()
 		}
 	}
+	end := s.i
+	var err error
 	switch {
 	case early && !late:
-		return st.text.total, nil
 	case early:
-		st.text.restart()
-		return st.chat(tools, instr, msgs)
+		pr.clear()
+		err = pr.chat(tools, instr, msgs)
 	case msgs.ok():
-		return st.chat(tools, instr, msgs)
+		pr.clear()
+		err = pr.chat(tools, instr, msgs)
 	case prompt.ok():
-		return st.promptValue(prompt, span{}, span{})
+		if prompt != direct {
+			err = pr.promptValue(prompt, span{}, span{})
+		}
 	case input.ok():
-		return st.promptValue(input, tools, instr)
+		if input != direct || tools.ok() || instr.ok() {
+			err = pr.promptValue(input, tools, instr)
+		}
+	default:
+		pr.clear()
 	}
-	return 0, nil
+	if err != nil {
+		return s.i, err
+	}
+	if !pr.tokens {
+		pr.bytes += len(pr.text)
+	}
+	return end, nil
 }
 
 // chat renders tools, instructions and a messages array.
-func (st *bodyState) chat(tools, instr, msgs span) (int, error) {
-	b := st.s.b
-	w := &st.text
+func (pr *Prompt) chat(tools, instr, msgs span) error {
+	b := pr.s.b
 	if tools.ok() && !isNull(b[tools.start:tools.end]) {
-		w.writeByte(sepMessage)
-		w.writeString("tools")
-		w.writeByte(sepField)
-		w.write(b[tools.start:tools.end])
+		pr.text = append(pr.text, sepMessage, 't', 'o', 'o', 'l', 's', sepField)
+		pr.text = append(pr.text, b[tools.start:tools.end]...)
 	}
 	if instr.ok() && b[instr.start] == '"' {
-		w.writeByte(sepMessage)
-		w.writeString("system")
-		w.writeByte(sepField)
-		if err := st.stringAt(instr.start); err != nil {
-			return 0, err
+		pr.text = append(pr.text, sepMessage, 's', 'y', 's', 't', 'e', 'm', sepField)
+		if !pr.stringAt(instr.start) {
+			return pr.s.fail()
 		}
 	}
 	if msgs.ok() {
-		if err := st.messages(msgs); err != nil {
-			return 0, err
-		}
+		return pr.messages(msgs.start)
 	}
-	return w.total, nil
+	return nil
 }
 
-// promptValue renders a completions prompt or a responses/embeddings input.
-func (st *bodyState) promptValue(v, tools, instr span) (int, error) {
-	b := st.s.b
+// promptValue renders a completions prompt or a responses/embeddings input
+// from its span, after clearing the text.
+func (pr *Prompt) promptValue(v, tools, instr span) error {
+	pr.clear()
+	b := pr.s.b
 	switch b[v.start] {
 	case '"':
 		if tools.ok() || instr.ok() {
-			if _, err := st.chat(tools, instr, span{}); err != nil {
-				return 0, err
+			if err := pr.chat(tools, instr, span{}); err != nil {
+				return err
 			}
 		}
-		if err := st.stringAt(v.start); err != nil {
-			return 0, err
+		if !pr.stringAt(v.start) {
+			return pr.s.fail()
 		}
-		return st.text.total, nil
+		return nil
 	case '[':
 	default:
 		if isNull(b[v.start:v.end]) {
-			return 0, nil
+			return nil
 		}
-		return 0, st.failAt(v.start)
+		return failAt(v.start)
 	}
 	// An array: look at its first element to tell strings, ids, id arrays
 	// and message items apart.
-	s := &st.s
+	s := &pr.s
 	s.i = v.start + 1
 	s.ws()
 	if s.i >= v.end || s.b[s.i] == ']' {
-		return 0, nil
+		return nil
 	}
 	switch c := s.b[s.i]; {
 	case c == '{':
-		return st.chat(tools, instr, v)
+		return pr.chat(tools, instr, v)
 	case c == '"':
-		return st.stringBatch(v)
+		return pr.stringBatch(v)
 	case c == '[':
-		return st.tokenBatch(v)
+		return pr.tokenBatch(v)
 	default:
-		n, err := st.tokens(v)
-		if err != nil {
-			return 0, err
-		}
-		st.text.dst = st.tok.dst
-		return n * BytesPerToken, nil
+		pr.tokens = true
+		n, err := pr.tokenArray(v, true)
+		pr.bytes = n * BytesPerToken
+		return err
 	}
 }
 
-// stringBatch hashes the first string of an array of strings and counts
-// the bytes of all of them.
-func (st *bodyState) stringBatch(v span) (int, error) {
-	s := &st.s
+// stringBatch keeps the first string of an array of strings as the text and
+// counts the bytes of the others.
+func (pr *Prompt) stringBatch(v span) error {
+	s := &pr.s
 	s.i = v.start + 1
 	first := true
 	for {
 		s.ws()
 		if s.i >= len(s.b) || s.b[s.i] != '"' {
-			return 0, s.fail()
+			return s.fail()
 		}
-		if err := st.stringAt(s.i); err != nil {
-			return 0, err
+		mark := len(pr.text)
+		if !pr.stringAt(s.i) {
+			return s.fail()
 		}
-		if first {
-			st.text.left = 0 // later prompts are counted, not hashed
-			st.text.keep = false
-			first = false
+		if !first {
+			// Later prompts are counted, not hashed.
+			pr.bytes += len(pr.text) - mark
+			pr.text = pr.text[:mark]
 		}
+		first = false
 		s.ws()
 		if s.eat(',') {
 			continue
 		}
 		if s.eat(']') {
-			return st.text.total, nil
+			return nil
 		}
-		return 0, s.fail()
+		return s.fail()
 	}
 }
 
-// tokenBatch hashes the first token-id array of an array of arrays and
+// tokenBatch keeps the first token-id array of an array of arrays and
 // counts the ids of all of them.
-func (st *bodyState) tokenBatch(v span) (int, error) {
-	s := &st.s
+func (pr *Prompt) tokenBatch(v span) error {
+	s := &pr.s
 	s.i = v.start + 1
 	total := 0
-	for {
+	pr.tokens = true
+	for first := true; ; first = false {
 		s.ws()
 		start := s.i
 		if !s.skip(0) {
-			return 0, s.fail()
+			return s.fail()
 		}
 		if s.b[start] != '[' {
-			return 0, st.failAt(start)
+			return failAt(start)
 		}
 		end := s.i
-		n, err := st.tokens(span{start, end})
+		n, err := pr.tokenArray(span{start, end}, first)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		total += n
-		st.tok.left = 0
 		s.i = end
 		s.ws()
 		if s.eat(',') {
 			continue
 		}
 		if s.eat(']') {
-			st.text.dst = st.tok.dst
-			return total * BytesPerToken, nil
+			pr.bytes = total * BytesPerToken
+			return nil
 		}
-		return 0, s.fail()
+		return s.fail()
 	}
 }
 
-// tokens feeds an array of integers to the token sink and returns their
-// number.
-func (st *bodyState) tokens(v span) (int, error) {
-	b := st.s.b
+// tokenArray reads an array of integers, keeping them (up to what the
+// Hasher can hash) when keep is set, and returns their number.
+func (pr *Prompt) tokenArray(v span, keep bool) (int, error) {
+	b := pr.s.b
+	limit := pr.h.cfg.MaxBlocks * pr.h.cfg.TokenBlock
 	i := v.start + 1
 	n := 0
 	for {
@@ -349,9 +473,11 @@ func (st *bodyState) tokens(v span) (int, error) {
 		}
 		x, j, ok := parseInt(b, i)
 		if !ok {
-			return 0, st.failAt(i)
+			return 0, failAt(i)
 		}
-		st.tok.add(x)
+		if keep && len(pr.ids) < limit {
+			pr.ids = append(pr.ids, x)
+		}
 		n++
 		i = j
 		for i < v.end && isSpace(b[i]) {
@@ -364,14 +490,15 @@ func (st *bodyState) tokens(v span) (int, error) {
 		if i < v.end && b[i] == ']' {
 			return n, nil
 		}
-		return 0, st.failAt(i)
+		return 0, failAt(i)
 	}
 }
 
-// messages renders an array of chat messages or responses input items.
-func (st *bodyState) messages(v span) error {
-	s := &st.s
-	s.i = v.start
+// messages renders the array of chat messages or responses input items at
+// offset i and leaves the scanner after it.
+func (pr *Prompt) messages(i int) error {
+	s := &pr.s
+	s.i = i
 	if !s.eat('[') {
 		return s.fail()
 	}
@@ -381,7 +508,7 @@ func (st *bodyState) messages(v span) error {
 	}
 	for {
 		s.ws()
-		if err := st.message(); err != nil {
+		if err := pr.message(); err != nil {
 			return err
 		}
 		s.ws()
@@ -405,8 +532,8 @@ type str struct {
 
 // value reads the value at s.i: a string is returned as a str, any other
 // value as a span (with an empty str).
-func (st *bodyState) value(depth int) (str, span, bool) {
-	s := &st.s
+func (pr *Prompt) value(depth int) (str, span, bool) {
+	s := &pr.s
 	v0 := s.i
 	if v0 < len(s.b) && s.b[v0] == '"' {
 		a, e, esc, ok := s.str()
@@ -420,16 +547,27 @@ func (st *bodyState) value(depth int) (str, span, bool) {
 // it: role, name, content, tool calls and tool_call_id in that order; an
 // item with neither role nor content (a responses function_call, say)
 // renders as its raw JSON.
-func (st *bodyState) message() error {
-	s := &st.s
+//
+// A string or array content is rendered while the object is scanned, so a
+// long content is read once: after the head (role and name) when the role
+// came first, as most clients write it, or else before the head, which is
+// rendered at the end of the object and put back in front by reorder (Go
+// clients that marshal a map write "content" before "role"). A key
+// repeated after the content was rendered, or a name after a head already
+// rendered, means rendering the message again from the spans of the scan.
+func (pr *Prompt) message() error {
+	s := &pr.s
 	b := s.b
-	w := &st.text
 	start := s.i
+	mark := len(pr.text)
 	if !s.eat('{') {
 		return s.fail()
 	}
-	var role, name, content, callID str
+	var role, name, callID str
+	var content str
 	var contentSpan, calls span
+	direct, redo, headFirst := false, false, false
+	c0 := 0 // where a content rendered before its head starts
 	s.ws()
 	if !s.eat('}') {
 		for {
@@ -443,21 +581,46 @@ func (st *bodyState) message() error {
 				return s.fail()
 			}
 			s.ws()
-			sv, v, ok := st.value(1)
-			if !ok {
-				return s.fail()
-			}
-			switch string(b[ks:ke]) {
-			case "role":
-				role = sv
-			case "name":
-				name = sv
-			case "content":
-				content, contentSpan = sv, v
-			case "tool_calls":
-				calls = v
-			case "tool_call_id":
-				callID = sv
+			key := b[ks:ke]
+			if string(key) == "content" && !direct && s.i < len(b) && (b[s.i] == '"' || b[s.i] == '[') {
+				v0 := s.i
+				if role.ok {
+					if !pr.head(role, name) {
+						return failAt(v0)
+					}
+					headFirst = true
+				}
+				c0 = len(pr.text)
+				if b[v0] == '"' {
+					if !pr.stringAt(v0) {
+						return s.fail()
+					}
+					content = str{start: v0 + 1, end: s.i - 1, esc: true, ok: true}
+				} else if err := pr.parts(v0); err != nil {
+					return err
+				}
+				contentSpan = span{v0, s.i}
+				direct = true
+			} else {
+				sv, v, ok := pr.value(1)
+				if !ok {
+					return s.fail()
+				}
+				switch string(key) {
+				case "role":
+					role = sv
+					redo = redo || headFirst
+				case "name":
+					name = sv
+					redo = redo || headFirst
+				case "content":
+					content, contentSpan = sv, v
+					redo = redo || direct
+				case "tool_calls":
+					calls = v
+				case "tool_call_id":
+					callID = sv
+				}
 			}
 			s.ws()
 			if s.eat(',') {
@@ -471,68 +634,84 @@ func (st *bodyState) message() error {
 	}
 	end := s.i
 	defer func() { s.i = end }()
-	if !role.ok && !contentSpan.ok() {
-		w.writeByte(sepMessage)
-		w.writeByte(sepPart)
-		w.write(b[start:end])
-		return nil
-	}
-	w.writeByte(sepMessage)
-	if err := st.writeStr(role); err != nil {
-		return err
-	}
-	w.writeByte(sepField)
-	if name.ok {
-		if err := st.writeStr(name); err != nil {
-			return err
+	if !direct || redo {
+		pr.text = pr.text[:mark]
+		if !role.ok && !contentSpan.ok() {
+			pr.text = append(pr.text, sepMessage, sepPart)
+			pr.text = append(pr.text, b[start:end]...)
+			return nil
 		}
-		w.writeByte(sepField)
-	}
-	switch {
-	case content.ok:
-		if err := st.writeStr(content); err != nil {
-			return err
+		if !pr.head(role, name) {
+			return failAt(start)
 		}
-	case contentSpan.ok() && b[contentSpan.start] == '[':
-		if err := st.parts(contentSpan); err != nil {
-			return err
+		switch {
+		case content.ok:
+			if !pr.writeStr(content) {
+				return failAt(content.start)
+			}
+		case contentSpan.ok() && b[contentSpan.start] == '[':
+			if err := pr.parts(contentSpan.start); err != nil {
+				return err
+			}
 		}
+	} else if !headFirst {
+		h0 := len(pr.text)
+		if !pr.head(role, name) {
+			return failAt(start)
+		}
+		pr.reorder(c0, h0)
 	}
 	if calls.ok() && !isNull(b[calls.start:calls.end]) {
-		w.writeByte(sepPart)
-		w.write(b[calls.start:calls.end])
+		pr.text = append(pr.text, sepPart)
+		pr.text = append(pr.text, b[calls.start:calls.end]...)
 	}
 	if callID.ok {
-		w.writeByte(sepPart)
-		if err := st.writeStr(callID); err != nil {
-			return err
+		pr.text = append(pr.text, sepPart)
+		if !pr.writeStr(callID) {
+			return failAt(callID.start)
 		}
 	}
 	return nil
 }
 
-// writeStr writes a scanned string value, unescaped; a missing one writes
-// nothing.
-func (st *bodyState) writeStr(v str) error {
-	if !v.ok {
-		return nil
+// head renders the start of a message, its role and name; it reports false
+// for a bad escape in either.
+func (pr *Prompt) head(role, name str) bool {
+	pr.text = append(pr.text, sepMessage)
+	if !pr.writeStr(role) {
+		return false
 	}
-	if !v.esc {
-		st.text.write(st.s.b[v.start:v.end])
-		return nil
+	pr.text = append(pr.text, sepField)
+	if name.ok {
+		if !pr.writeStr(name) {
+			return false
+		}
+		pr.text = append(pr.text, sepField)
 	}
-	if !st.unescape(st.s.b[v.start:v.end]) {
-		return st.failAt(v.start)
-	}
-	return nil
+	return true
 }
 
-// parts renders a content array: text parts as their text, other parts as
-// their raw JSON.
-func (st *bodyState) parts(v span) error {
-	s := &st.s
+// writeStr appends a scanned string value, unescaped; a missing one appends
+// nothing. It reports false for a bad escape.
+func (pr *Prompt) writeStr(v str) bool {
+	if !v.ok {
+		return true
+	}
+	if !v.esc {
+		pr.text = append(pr.text, pr.s.b[v.start:v.end]...)
+		return true
+	}
+	var ok bool
+	pr.text, _, ok = appendString(pr.text, pr.s.b, v.start-1)
+	return ok
+}
+
+// parts renders the content array at offset i, text parts as their text,
+// other parts as their raw JSON, and leaves the scanner after it.
+func (pr *Prompt) parts(i int) error {
+	s := &pr.s
 	b := s.b
-	s.i = v.start + 1
+	s.i = i + 1
 	s.ws()
 	if s.eat(']') {
 		return nil
@@ -540,23 +719,21 @@ func (st *bodyState) parts(v span) error {
 	for {
 		s.ws()
 		start := s.i
-		if !s.skip(2) {
-			return s.fail()
-		}
-		end := s.i
-		switch b[start] {
-		case '"':
-			if err := st.stringAt(start); err != nil {
-				return err
+		switch {
+		case start < len(b) && b[start] == '"':
+			if !pr.stringAt(start) {
+				return s.fail()
 			}
-		case '{':
-			if err := st.part(span{start, end}); err != nil {
+		case start < len(b) && b[start] == '{':
+			if err := pr.part(); err != nil {
 				return err
 			}
 		default:
-			return st.failAt(start)
+			if !s.skip(2) {
+				return s.fail()
+			}
+			return failAt(start)
 		}
-		s.i = end
 		s.ws()
 		if s.eat(',') {
 			continue
@@ -568,13 +745,15 @@ func (st *bodyState) parts(v span) error {
 	}
 }
 
-// part renders one content part.
-func (st *bodyState) part(p span) error {
-	s := &st.s
+// part renders the content part object at s.i and leaves the scanner after
+// it.
+func (pr *Prompt) part() error {
+	s := &pr.s
 	b := s.b
+	start := s.i
 	var text str
 	isText := false
-	s.i = p.start + 1
+	s.i++
 	s.ws()
 	if !s.eat('}') {
 		for {
@@ -588,7 +767,7 @@ func (st *bodyState) part(p span) error {
 				return s.fail()
 			}
 			s.ws()
-			sv, v, ok := st.value(3)
+			sv, v, ok := pr.value(3)
 			if !ok {
 				return s.fail()
 			}
@@ -612,89 +791,147 @@ func (st *bodyState) part(p span) error {
 		}
 	}
 	if isText && text.ok {
-		return st.writeStr(text)
-	}
-	st.text.writeByte(sepPart)
-	st.text.write(b[p.start:p.end])
-	return nil
-}
-
-// stringAt writes the unescaped JSON string starting at the quote at i and
-// leaves the scanner after it.
-func (st *bodyState) stringAt(i int) error {
-	s := &st.s
-	s.i = i
-	start, end, esc, ok := s.str()
-	if !ok {
-		return s.fail()
-	}
-	if !esc {
-		st.text.write(s.b[start:end])
+		if !pr.writeStr(text) {
+			return failAt(text.start)
+		}
 		return nil
 	}
-	if !st.unescape(s.b[start:end]) {
-		return st.failAt(start)
-	}
+	pr.text = append(pr.text, sepPart)
+	pr.text = append(pr.text, b[start:s.i]...)
 	return nil
 }
 
-// unescape writes the decoded form of the escaped JSON string content p.
-func (st *bodyState) unescape(p []byte) bool {
-	w := &st.text
-	for len(p) > 0 {
-		k := bytes.IndexByte(p, '\\')
-		if k < 0 {
-			w.write(p)
-			return true
-		}
-		w.write(p[:k])
-		p = p[k:]
-		if len(p) < 2 {
-			return false
-		}
-		switch c := p[1]; c {
-		case '"', '\\', '/':
-			w.writeByte(c)
-		case 'b':
-			w.writeByte('\b')
-		case 'f':
-			w.writeByte('\f')
-		case 'n':
-			w.writeByte('\n')
-		case 'r':
-			w.writeByte('\r')
-		case 't':
-			w.writeByte('\t')
-		case 'u':
-			r, ok := hex4(p[2:])
-			if !ok {
-				return false
-			}
-			p = p[6:]
-			if utf16.IsSurrogate(r) {
-				if len(p) >= 6 && p[0] == '\\' && p[1] == 'u' {
-					if r2, ok := hex4(p[2:]); ok {
-						if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
-							r = d
-							p = p[6:]
-						} else {
-							r = utf8.RuneError
-						}
-					}
-				} else {
-					r = utf8.RuneError
-				}
-			}
-			var enc [utf8.UTFMax]byte
-			n := utf8.EncodeRune(enc[:], r)
-			w.write(enc[:n])
-			continue
-		default:
-			return false
-		}
-		p = p[2:]
+// stringAt appends the unescaped JSON string whose opening quote is at i and
+// leaves the scanner after it. It reports false for a malformed string.
+func (pr *Prompt) stringAt(i int) bool {
+	var ok bool
+	var next int
+	pr.text, next, ok = appendString(pr.text, pr.s.b, i)
+	if !ok {
+		pr.s.i = i
+		return false
 	}
+	pr.s.i = next
 	return true
+}
+
+// SWAR constants: a byte of ones and a byte of high bits in every lane.
+const (
+	lanesLo = 0x0101010101010101
+	lanesHi = 0x8080808080808080
+)
+
+// special returns a word whose lowest set high bit marks the lowest byte of
+// w that is '"' or '\\' (zero when there is none), with the "has zero
+// byte" bit trick (Sean Eron Anderson, "Bit Twiddling Hacks", determining
+// if a word has a byte equal to n): only the lowest flagged byte is exact.
+func special(w uint64) uint64 {
+	q := w ^ (lanesLo * '"')
+	e := w ^ (lanesLo * '\\')
+	return (((q - lanesLo) &^ q) | ((e - lanesLo) &^ e)) & lanesHi
+}
+
+// appendString appends to dst the decoded content of the JSON string whose
+// opening quote is at b[i], and returns dst, the offset after the closing
+// quote and true; or false for an unterminated string or a bad escape. It
+// reads the string once, eight bytes at a time: every word is stored whole
+// and the output advanced to the first quote or backslash in it, if any.
+// Escapes decode as encoding/json does, except that a lone surrogate (or a
+// high surrogate followed by a non-surrogate \u escape) becomes U+FFFD and
+// the escape after it is read on its own; raw control characters pass.
+func appendString(dst, b []byte, i int) ([]byte, int, bool) {
+	// The decoded string is never longer than its raw form, so room for
+	// the rest of b plus one word lets every store go unchecked for room.
+	rest := len(b) - i
+	dst = slices.Grow(dst, rest+8)
+	n := len(dst)
+	out := dst[:cap(dst)]
+	j := i + 1
+	for j+8 <= len(b) {
+		w := binary.LittleEndian.Uint64(b[j:])
+		binary.LittleEndian.PutUint64(out[n:], w)
+		t := special(w)
+		if t == 0 {
+			j += 8
+			n += 8
+			continue
+		}
+		k := bits.TrailingZeros64(t) >> 3
+		j += k
+		n += k
+		if b[j] == '"' {
+			return out[:n], j + 1, true
+		}
+		if j+1 < len(b) {
+			if d := unescaped[b[j+1]]; d != 0 {
+				out[n] = d
+				n++
+				j += 2
+				continue
+			}
+		}
+		var ok bool
+		if n, j, ok = unescapeU(out, n, b, j); !ok {
+			return dst, i, false
+		}
+	}
+	for j < len(b) {
+		c := b[j]
+		switch {
+		case c == '"':
+			return out[:n], j + 1, true
+		case c != '\\':
+			out[n] = c
+			n++
+			j++
+			continue
+		case j+1 < len(b) && unescaped[b[j+1]] != 0:
+			out[n] = unescaped[b[j+1]]
+			n++
+			j += 2
+			continue
+		}
+		var ok bool
+		if n, j, ok = unescapeU(out, n, b, j); !ok {
+			return dst, i, false
+		}
+	}
+	return dst, i, false
+}
+
+// unescaped maps the character after a backslash to the byte its two-byte
+// escape stands for (RFC 8259, section 7), and every other byte to 0.
+var unescaped = [256]byte{
+	'"': '"', '\\': '\\', '/': '/',
+	'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t',
+}
+
+// unescapeU decodes the \u escape at b[j] (a backslash) into out[n:] and
+// returns the new n and j; false when it is not a well-formed \u escape.
+// A surrogate pair decodes to one rune; a lone surrogate (or one followed by
+// a \u escape that does not complete it, which is then read on its own) is
+// U+FFFD, as in encoding/json.
+func unescapeU(out []byte, n int, b []byte, j int) (int, int, bool) {
+	if j+1 >= len(b) || b[j+1] != 'u' {
+		return n, j, false
+	}
+	r, ok := hex4(b[j+2:])
+	if !ok {
+		return n, j, false
+	}
+	j += 6
+	if utf16.IsSurrogate(r) {
+		d := utf8.RuneError
+		if j+6 <= len(b) && b[j] == '\\' && b[j+1] == 'u' {
+			if r2, ok := hex4(b[j+2:]); ok {
+				d = utf16.DecodeRune(r, r2)
+			}
+		}
+		if r = d; d != utf8.RuneError {
+			j += 6
+		}
+	}
+	return n + utf8.EncodeRune(out[n:], r), j, true
 }
 
 func hex4(p []byte) (rune, bool) {
@@ -718,7 +955,7 @@ func hex4(p []byte) (rune, bool) {
 	return r, true
 }
 
-func (st *bodyState) failAt(i int) error {
+func failAt(i int) error {
 	return fmt.Errorf("%w at byte %d", ErrBadBody, i)
 }
 
@@ -729,7 +966,7 @@ type scan struct {
 	i int
 }
 
-func (s *scan) fail() error { return fmt.Errorf("%w at byte %d", ErrBadBody, s.i) }
+func (s *scan) fail() error { return failAt(s.i) }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\r' || c == '\t' }
 
@@ -769,23 +1006,12 @@ func (s *scan) str() (start, end int, esc, ok bool) {
 	}
 }
 
-// SWAR constants: a byte of ones and a byte of high bits in every lane.
-const (
-	lanesLo = 0x0101010101010101
-	lanesHi = 0x8080808080808080
-)
-
 // nextSpecial returns the index of the first '"' or '\\' in b at or after
-// i, or -1. It tests eight bytes per step with the "has zero byte" bit
-// trick (Sean Eron Anderson, "Bit Twiddling Hacks", determining if a word
-// has a byte equal to n): the lowest flagged byte is exact.
+// i, or -1, eight bytes per step (special).
 func nextSpecial(b []byte, i int) int {
 	for ; i+8 <= len(b); i += 8 {
-		w := binary.LittleEndian.Uint64(b[i:])
-		q := w ^ (lanesLo * '"')
-		e := w ^ (lanesLo * '\\')
-		if t := ((q - lanesLo) &^ q) | ((e - lanesLo) &^ e); t&lanesHi != 0 {
-			return i + bits.TrailingZeros64(t&lanesHi)/8
+		if t := special(binary.LittleEndian.Uint64(b[i:])); t != 0 {
+			return i + bits.TrailingZeros64(t)/8
 		}
 	}
 	for ; i < len(b); i++ {
@@ -894,114 +1120,4 @@ func parseInt(b []byte, i int) (int, int, bool) {
 		x = -x
 	}
 	return x, i, true
-}
-
-// textSink cuts rendered text into blocks and hashes them as they fill,
-// hashing straight from the body when a whole block is available.
-type textSink struct {
-	h     *Hasher
-	buf   []byte // BlockBytes long; buf[:n] is the pending partial block
-	n     int
-	prev  uint64
-	dst   []uint64
-	left  int // blocks still allowed
-	total int // rendered bytes so far
-
-	dst0 int    // len(dst) at reset
-	seed uint64 // prev at reset
-
-	keep  bool // tests: also collect the rendered bytes
-	kept  []byte
-	kept0 int // len(kept) when keeping started
-}
-
-func (w *textSink) reset(h *Hasher, dst []uint64, seed uint64) {
-	w.h, w.n, w.prev, w.dst, w.left, w.total = h, 0, seed, dst, h.cfg.MaxBlocks, 0
-	w.dst0, w.seed = len(dst), seed
-	w.kept0 = -1
-}
-
-// restart forgets everything written since reset.
-func (w *textSink) restart() {
-	w.n, w.prev, w.dst, w.left, w.total = 0, w.seed, w.dst[:w.dst0], w.h.cfg.MaxBlocks, 0
-	if w.keep {
-		w.kept = w.kept[:w.kept0]
-	}
-}
-
-func (w *textSink) emit(b []byte) {
-	if len(b) == DefaultBlockBytes {
-		w.prev = hash64(w.prev, (*[64]byte)(b))
-	} else {
-		w.prev = hashBytes(w.prev, b)
-	}
-	w.dst = append(w.dst, w.prev)
-	w.left--
-}
-
-func (w *textSink) write(p []byte) {
-	w.total += len(p)
-	if w.keep {
-		w.kept = append(w.kept, p...)
-	}
-	if w.left <= 0 {
-		return
-	}
-	bs := len(w.buf)
-	if w.n > 0 {
-		k := copy(w.buf[w.n:], p)
-		w.n += k
-		p = p[k:]
-		if w.n < bs {
-			return
-		}
-		w.emit(w.buf)
-		w.n = 0
-	}
-	for len(p) >= bs && w.left > 0 {
-		w.emit(p[:bs])
-		p = p[bs:]
-	}
-	if w.left > 0 {
-		w.n = copy(w.buf, p)
-	}
-}
-
-func (w *textSink) writeByte(c byte) {
-	var one = [1]byte{c}
-	w.write(one[:])
-}
-
-func (w *textSink) writeString(s string) {
-	for i := 0; i < len(s); i++ {
-		w.writeByte(s[i])
-	}
-}
-
-// tokenSink cuts token ids into blocks and hashes them as they fill.
-type tokenSink struct {
-	h    *Hasher
-	buf  []int
-	n    int
-	prev uint64
-	dst  []uint64
-	left int
-}
-
-func (w *tokenSink) reset(h *Hasher, dst []uint64, seed uint64) {
-	w.h, w.n, w.prev, w.dst, w.left = h, 0, seed, dst, h.cfg.MaxBlocks
-}
-
-func (w *tokenSink) add(t int) {
-	if w.left <= 0 {
-		return
-	}
-	w.buf[w.n] = t
-	w.n++
-	if w.n == len(w.buf) {
-		w.prev = hashTokens(w.prev, w.buf)
-		w.dst = append(w.dst, w.prev)
-		w.n = 0
-		w.left--
-	}
 }

@@ -66,8 +66,8 @@ func (c HashConfig) withDefaults() HashConfig {
 // A Hasher's configuration is immutable and its methods are safe for
 // concurrent use. A Hasher must not be copied after first use.
 type Hasher struct {
-	cfg    HashConfig
-	states sync.Pool // *bodyState, scratch of HashBody
+	cfg     HashConfig
+	prompts sync.Pool // *Prompt, scratch of HashBody
 }
 
 // NewHasher returns a Hasher for cfg; zero fields take their defaults.
@@ -126,6 +126,52 @@ func (h *Hasher) HashTokens(dst []uint64, model, adapter string, tokens []int) [
 	for i := 0; i < n; i++ {
 		prev = hashTokens(prev, tokens[i*tb:(i+1)*tb])
 		dst = append(dst, prev)
+	}
+	return dst
+}
+
+// hashPieces appends the hashes of a Prompt's text whose pieces are out of
+// buffer order (Prompt.reorder): exactly HashText of their concatenation.
+// A block that straddles pieces is gathered in the Prompt's carry buffer.
+func (h *Hasher) hashPieces(dst []uint64, model, adapter string, pr *Prompt) []uint64 {
+	bs := h.cfg.BlockBytes
+	left := min(len(pr.text)/bs, h.cfg.MaxBlocks)
+	dst = grow(dst, left)
+	prev := h.seed(domainText, model, adapter)
+	if cap(pr.carry) < bs {
+		pr.carry = make([]byte, bs)
+	}
+	carry := pr.carry[:bs]
+	n := 0 // bytes in carry
+	block := func(b []byte) {
+		if bs == DefaultBlockBytes {
+			prev = hash64(prev, (*[64]byte)(b))
+		} else {
+			prev = hashBytes(prev, b)
+		}
+		dst = append(dst, prev)
+		left--
+	}
+	for i := 0; i <= len(pr.segs) && left > 0; i++ {
+		p := pr.text[pr.tail:]
+		if i < len(pr.segs) {
+			p = pr.text[pr.segs[i].start:pr.segs[i].end]
+		}
+		if n > 0 {
+			k := copy(carry[n:], p)
+			n += k
+			p = p[k:]
+			if n < bs {
+				continue
+			}
+			block(carry)
+			n = 0
+		}
+		for len(p) >= bs && left > 0 {
+			block(p[:bs])
+			p = p[bs:]
+		}
+		n = copy(carry, p)
 	}
 	return dst
 }

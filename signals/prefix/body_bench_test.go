@@ -1,0 +1,82 @@
+package prefix
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// BenchmarkHashBodyVsLegacy runs HashBody and the first version of the
+// renderer (legacyHashBody) on the same bodies in one run, so that their
+// ratio is measured under the same machine load.
+func BenchmarkHashBodyVsLegacy(b *testing.B) {
+	h := NewHasher(HashConfig{MaxBlocks: 1 << 20})
+	for _, n := range benchSizes {
+		body := chatBody(n)
+		dst := make([]uint64, 0, n/64+8)
+		for _, impl := range []struct {
+			name string
+			fn   func([]uint64, string, string, []byte) ([]uint64, int, error)
+		}{{"new", h.HashBody}, {"legacy", h.legacyHashBody}} {
+			b.Run(fmt.Sprintf("%dKB/%s", n>>10, impl.name), func(b *testing.B) {
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				for b.Loop() {
+					var err error
+					dst, _, err = impl.fn(dst[:0], "m", "", body)
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkPromptRead measures Prompt.Read alone: rendering without
+// hashing.
+func BenchmarkPromptRead(b *testing.B) {
+	h := NewHasher(HashConfig{MaxBlocks: 1 << 20})
+	for _, n := range benchSizes {
+		body := chatBody(n)
+		pr := h.NewPrompt()
+		b.Run(fmt.Sprintf("%dKB", n>>10), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := pr.Read(body, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// routerChatBody is the body of the router's benchmarks: role before
+// content, an escape every 31 bytes on average.
+func routerChatBody(size int) []byte {
+	var sb strings.Builder
+	sentence := `The quick brown fox jumps over the lazy dog, then says \"hello\" and writes a line of code.\n`
+	for sb.Len() < size-200 {
+		sb.WriteString(sentence)
+	}
+	text := strings.TrimRight(sb.String()[:max(size-200, 0)], `\`)
+	return fmt.Appendf(nil, `{"model":"meta-llama/Llama-3.1-8B-Instruct","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"%s"}],"stream":true,"stream_options":{"include_usage":true},"max_tokens":256,"temperature":0.7,"user":"u-42"}`, text)
+}
+
+func BenchmarkPromptReadRouterBody(b *testing.B) {
+	h := NewHasher(HashConfig{MaxBlocks: 1 << 20})
+	for _, n := range []int{1 << 10, 32 << 10, 220 << 10} {
+		body := routerChatBody(n)
+		pr := h.NewPrompt()
+		b.Run(fmt.Sprintf("%dKB", n>>10), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := pr.Read(body, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

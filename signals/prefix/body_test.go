@@ -1,0 +1,599 @@
+package prefix
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// edgeBodies are bodies that exercise the corners of the renderer: key
+// orders, repeated keys, escapes and surrogates, parts, tools, items, ids
+// and batches, and malformed ones.
+var edgeBodies = []string{
+	`{}`,
+	` { "model" : "m" } `,
+	`{"messages":[]}`,
+	`{"messages":null}`,
+	`{"messages":[{"role":"user","content":"plain"}]}`,
+	`{"messages":[{"content":"content first","role":"user","name":"n"}]}`,
+	`{"messages":[{"role":"user","content":"name after","name":"bob"}]}`,
+	`{"messages":[{"role":"user","content":"one","content":"two"}]}`,
+	`{"messages":[{"role":"user","content":"x","role":"assistant"}]}`,
+	`{"messages":[{"role":"u\"ser","name":"b\\ob","content":"esc \n \t \r \b \f \/ \\ \" \u00e9 \u4e16 \ud83d\ude00 end"}]}`,
+	`{"messages":[{"role":"user","content":"lone \ud800 high, lone \udc00 low, \ud800\u0041 pair-less, \ud83d\ud83d twice"}]}`,
+	`{"messages":[{"role":"user","content":"tail escape \u0041"}]}`,
+	`{"messages":[{"role":"user","content":"\\"}]}`,
+	`{"messages":[{"role":"user","content":"1234567\n1234567\"1234567\\"}]}`,
+	`{"messages":[{"role":"user","content":null},{"role":"assistant","content":5}]}`,
+	`{"messages":[{"role":"user","content":["a", "b", {"type":"text","text":"c\n"}]}]}`,
+	`{"messages":[{"content":[{"text":"t","type":"input_text"},{"type":"image_url","image_url":{"url":"data:x"}}],"role":"user"}]}`,
+	`{"messages":[{"role":"user","content":[{"type":"text"},{"type":"text","text":5}]}]}`,
+	`{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c\u0031","content":"72F"}]}`,
+	`{"messages":[{"type":"function_call","call_id":"x"},{"role":5}]}`,
+	`{"messages":[{"role":"user","content":"m"}],"tools":[{"type":"function"}]}`,
+	`{"tools":[{"type":"function"}],"messages":[{"role":"user","content":"m"}],"tools":null}`,
+	`{"instructions":"be \"brief\"","messages":[{"role":"user","content":"m"}]}`,
+	`{"messages":[{"role":"user","content":"m"}],"instructions":"late"}`,
+	`{"messages":[{"role":"user","content":"first"}],"messages":[{"role":"user","content":"second"}]}`,
+	`{"messages":[{"role":"user","content":"first"}],"messages":[{"role":"user","content":"second"}],"tools":[1]}`,
+	`{"prompt":"a completion \u00e9\n"}`,
+	`{"prompt":"first","prompt":"second"}`,
+	`{"prompt":"p","input":"i"}`,
+	`{"input":"i","prompt":"p"}`,
+	`{"prompt":"p","messages":[{"role":"user","content":"m"}]}`,
+	`{"prompt":["one","two\n","three"]}`,
+	`{"prompt":[1,2,3,-4,5]}`,
+	`{"prompt":[[1,2,3],[4,5]]}`,
+	`{"prompt":[[],[4,5]]}`,
+	`{"prompt":[]}`,
+	`{"prompt":null}`,
+	`{"prompt":[{"role":"user","content":"as items"}]}`,
+	`{"input":"in","instructions":"sys"}`,
+	`{"tools":[{"type":"function"}],"input":"in"}`,
+	`{"input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]},{"type":"function_call","arguments":"{}"}],"instructions":"s"}`,
+	`{"input":[7,8,9],"instructions":"ignored with ids"}`,
+	`{"input":null,"tools":null}`,
+	// Malformed.
+	``,
+	`[]`,
+	`{`,
+	`{"messages":[{"role":"user","content":"x"}`,
+	`{"messages":"x"}`,
+	`{"messages":[1]}`,
+	`{"prompt":[1,2,"x"]}`,
+	`{"prompt":[1.5]}`,
+	`{"prompt":"unterminated}`,
+	`{"prompt":"bad escape \q"}`,
+	`{"prompt":"bad \u12"}`,
+	`{"prompt":"bad \ud800\u12"}`,
+	`{"messages":[{"role":"us\qer","content":"x"}]}`,
+	`{"messages":[{"role":"user","name":"\x","content":"x"}]}`,
+	`{"messages":[{"role":"user","content":"x\"}]}`,
+	`{"model" "m"}`,
+	`{"prompt":true}`,
+	`{"prompt":[[1,2],"x"]}`,
+	`{"prompt":["x",1]}`,
+	`{"messages":[{"role":"user","content":[{"type":"text","text":"x"}]]}`,
+	`{"messages":[{"role":"user","content":[1]}]}`,
+	`{"a":` + strings.Repeat("[", 300) + strings.Repeat("]", 300) + `}`,
+}
+
+// fixtureBodies returns every JSON request body of the shared fixtures.
+func fixtureBodies(t testing.TB) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	err := filepath.WalkDir(fixtures, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".json") {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		out[path] = b
+		return nil
+	})
+	require.NoError(t, err)
+	require.NotEmpty(t, out)
+	return out
+}
+
+// longBodies are large bodies whose escapes fall at every offset of the
+// eight-byte words and straddle block boundaries.
+func longBodies() []string {
+	var out []string
+	for _, every := range []int{1, 3, 7, 8, 9, 31, 64, 200} {
+		var sb strings.Builder
+		for i := 0; i < 3000; i++ {
+			if i%every == every-1 {
+				sb.WriteString([]string{`\n`, `\"`, `\\`, `\u00e9`, `\ud83d\ude00`, `\/`}[i%6])
+			} else {
+				sb.WriteByte('a' + byte(i%26))
+			}
+		}
+		s := sb.String()
+		out = append(out,
+			`{"model":"m","messages":[{"role":"system","content":"`+s+`"},{"role":"user","content":"`+s[:len(s)/3]+`"}]}`,
+			`{"prompt":"`+s+`"}`,
+			`{"messages":[{"content":"`+s+`","role":"user"}],"instructions":"`+s[:100]+`"}`,
+			`{"messages":[{"content":"`+s[:len(s)/2]+`","role":"system"},{"content":"`+s+`","name":"x","role":"user"},`+
+				`{"content":[{"text":"`+s[:len(s)/5]+`","type":"text"},"`+s[:77]+`"],"role":"user"},{"role":"assistant","content":"`+s[:99]+`"}]}`)
+	}
+	return out
+}
+
+var testConfigs = []HashConfig{
+	{},
+	{BlockBytes: 16, TokenBlock: 4},
+	{BlockBytes: 100, TokenBlock: 8, MaxBlocks: 3, Salt: "s"},
+}
+
+// checkLegacy compares HashBody and renderBody with the first version of
+// the renderer on body.
+func checkLegacy(t *testing.T, body []byte) {
+	t.Helper()
+	for _, cfg := range testConfigs {
+		h := NewHasher(cfg)
+		want, wantN, wantErr := h.legacyHashBody([]uint64{9}, "m", "a", body)
+		got, n, err := h.HashBody([]uint64{9}, "m", "a", body)
+		if wantErr != nil {
+			require.ErrorIs(t, err, ErrBadBody, "legacy fails: %v", wantErr)
+			assert.Equal(t, []uint64{9}, got)
+			assert.Zero(t, n)
+			continue
+		}
+		require.NoError(t, err)
+		assert.Equal(t, wantN, n, "prompt bytes, cfg %+v", cfg)
+		assert.Equal(t, want, got, "blocks, cfg %+v", cfg)
+		wantText, _, _ := h.legacyRenderBody(nil, body)
+		gotText, _, _ := h.renderBody(nil, body)
+		assert.Equal(t, string(wantText), string(gotText), "rendered text")
+	}
+}
+
+func TestHashBodyMatchesLegacy(t *testing.T) {
+	for name, body := range fixtureBodies(t) {
+		t.Run(filepath.Base(name), func(t *testing.T) { checkLegacy(t, body) })
+	}
+	for _, body := range append(append([]string{}, edgeBodies...), longBodies()...) {
+		t.Run(body[:min(len(body), 40)], func(t *testing.T) { checkLegacy(t, []byte(body)) })
+	}
+}
+
+func TestHashBodyMatchesReference(t *testing.T) {
+	bodies := append(append([]string{}, edgeBodies...), longBodies()...)
+	for _, b := range fixtureBodies(t) {
+		bodies = append(bodies, string(b))
+	}
+	compared := 0
+	for _, body := range bodies {
+		ref, ok := referenceRender([]byte(body))
+		if !ok {
+			continue
+		}
+		compared++
+		for _, cfg := range testConfigs {
+			h := NewHasher(cfg)
+			got, n, err := h.HashBody(nil, "m", "", []byte(body))
+			if ref.err {
+				assert.ErrorIs(t, err, ErrBadBody, body)
+				continue
+			}
+			require.NoError(t, err, body)
+			assert.Equal(t, ref.bytes, n, body)
+			assert.Equal(t, ref.hash(h), got, body)
+		}
+	}
+	assert.Greater(t, compared, 60, "most bodies are compared")
+}
+
+func TestPromptReadThenHash(t *testing.T) {
+	h := NewHasher(HashConfig{BlockBytes: 16})
+	pr := h.NewPrompt()
+	assert.False(t, pr.Ok())
+	assert.Same(t, h, pr.Hasher())
+	var keys []string
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"a prompt longer than one block"}],"stream":true} trailing`)
+	end, err := pr.Read(body, func(key []byte, start, end int) error {
+		keys = append(keys, string(key)+"="+string(body[start:end])[:min(end-start, 4)])
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, len(body)-len(" trailing"), end, "offset after the object")
+	assert.Equal(t, []string{`model="m"`, `messages=[{"r`, `stream=true`}, keys)
+	assert.True(t, pr.Ok())
+	want, n, err := h.HashBody(nil, "m", "lora", body)
+	require.NoError(t, err)
+	assert.Equal(t, n, pr.Bytes())
+	assert.Equal(t, want, pr.Hash(nil, "m", "lora"))
+	other, _, err := h.HashBody(nil, "m2", "", body)
+	require.NoError(t, err)
+	assert.Equal(t, other, pr.Hash(nil, "m2", ""), "hashed again under another model")
+
+	stop := errors.New("stop")
+	_, err = pr.Read(body, func(key []byte, _, _ int) error {
+		if string(key) == "messages" {
+			return stop
+		}
+		return nil
+	})
+	assert.Same(t, stop, err)
+	assert.False(t, pr.Ok())
+	assert.Zero(t, pr.Bytes())
+	assert.Empty(t, pr.Hash(nil, "m", ""))
+
+	_, err = pr.Read([]byte(`{"prompt":"x`), nil)
+	assert.ErrorIs(t, err, ErrBadBody)
+	assert.False(t, pr.Ok())
+
+	ids := []byte(`{"prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}`)
+	_, err = pr.Read(ids, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 17*BytesPerToken, pr.Bytes())
+	want, _, _ = h.HashBody(nil, "m", "", ids)
+	assert.Len(t, want, 1)
+	assert.Equal(t, want, pr.Hash(nil, "m", ""))
+}
+
+func TestPromptTokenIDsCapped(t *testing.T) {
+	h := NewHasher(HashConfig{TokenBlock: 2, MaxBlocks: 3})
+	pr := h.NewPrompt()
+	_, err := pr.Read([]byte(`{"prompt":[[1,2,3,4,5,6,7,8,9],[1]]}`), nil)
+	require.NoError(t, err)
+	assert.Len(t, pr.ids, 6, "ids beyond MaxBlocks×TokenBlock are counted, not kept")
+	assert.Equal(t, 10*BytesPerToken, pr.Bytes())
+	assert.Len(t, pr.Hash(nil, "m", ""), 3)
+}
+
+func FuzzHashBody(f *testing.F) {
+	for _, b := range edgeBodies {
+		f.Add([]byte(b))
+	}
+	for _, b := range fixtureBodies(f) {
+		f.Add(b)
+	}
+	h := NewHasher(HashConfig{BlockBytes: 16, TokenBlock: 4})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		want, wantN, wantErr := h.legacyHashBody(nil, "m", "", body)
+		got, n, err := h.HashBody(nil, "m", "", body)
+		if (wantErr != nil) != (err != nil) {
+			t.Fatalf("error %v, legacy %v", err, wantErr)
+		}
+		if err != nil {
+			return
+		}
+		if n != wantN || !equalHashes(got, want) {
+			t.Fatalf("got %d bytes %x, legacy %d bytes %x", n, got, wantN, want)
+		}
+		ref, ok := referenceRender(body)
+		if !ok {
+			return
+		}
+		if ref.err {
+			t.Fatalf("reference fails, HashBody does not")
+		}
+		if n != ref.bytes || !equalHashes(got, ref.hash(h)) {
+			t.Fatalf("got %d bytes, reference %d bytes %q", n, ref.bytes, ref.text)
+		}
+	})
+}
+
+func equalHashes(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// refPrompt is the reference rendering of a body.
+type refPrompt struct {
+	text   []byte
+	ids    []int
+	tokens bool
+	bytes  int
+	err    bool // the body's prompt fields have the wrong shape
+}
+
+func (r refPrompt) hash(h *Hasher) []uint64 {
+	if r.tokens {
+		return h.HashTokens(nil, "m", "", r.ids)
+	}
+	return h.HashText(nil, "m", "", r.text)
+}
+
+// referenceRender renders body with encoding/json, from HashBody's
+// documented rules, written independently of the scanner. ok is false for
+// bodies outside what it models: not valid JSON, not UTF-8, an escaped key,
+// a repeated top-level key, or nesting deeper than the scanner allows.
+func referenceRender(body []byte) (r refPrompt, ok bool) {
+	if !json.Valid(body) || !utf8.Valid(body) || !plainKeys(body) {
+		return r, false
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		return r, false // not an object: the scanner's error, not modelled
+	}
+	rr := &refRenderer{}
+	msgs, hasMsgs := top["messages"]
+	prompt, hasPrompt := top["prompt"]
+	input, hasInput := top["input"]
+	tools, instr := top["tools"], top["instructions"]
+	switch {
+	case hasMsgs:
+		rr.chat(tools, instr, msgs, true)
+	case hasPrompt:
+		rr.promptValue(prompt, nil, nil)
+	case hasInput:
+		rr.promptValue(input, tools, instr)
+	}
+	if rr.err {
+		return refPrompt{err: true}, true
+	}
+	if !rr.tokens {
+		rr.bytes += len(rr.text)
+	}
+	return refPrompt{text: rr.text, ids: rr.ids, tokens: rr.tokens, bytes: rr.bytes}, true
+}
+
+// plainKeys reports whether body, valid JSON, has no object key with an
+// escape, no repeated top-level key and no nesting deeper than 200.
+func plainKeys(body []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	type frame struct {
+		object, wantKey bool
+		keys            map[string]bool
+	}
+	var stack []frame
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return true
+		}
+		if err != nil || len(stack) > 200 {
+			return false
+		}
+		if d, isDelim := tok.(json.Delim); isDelim {
+			switch d {
+			case '{', '[':
+				if len(stack) > 0 && stack[len(stack)-1].object {
+					stack[len(stack)-1].wantKey = true
+				}
+				stack = append(stack, frame{object: d == '{', wantKey: d == '{', keys: map[string]bool{}})
+			default:
+				stack = stack[:len(stack)-1]
+				if len(stack) > 0 && stack[len(stack)-1].object {
+					stack[len(stack)-1].wantKey = true
+				}
+			}
+			continue
+		}
+		if len(stack) == 0 || !stack[len(stack)-1].object {
+			continue
+		}
+		top := &stack[len(stack)-1]
+		if !top.wantKey {
+			top.wantKey = true
+			continue
+		}
+		top.wantKey = false
+		key := tok.(string)
+		end := int(dec.InputOffset())
+		raw := `"` + key + `"`
+		if end < len(raw) || string(body[end-len(raw):end]) != raw {
+			return false
+		}
+		if len(stack) == 1 {
+			if top.keys[key] {
+				return false
+			}
+			top.keys[key] = true
+		}
+	}
+}
+
+type refRenderer struct {
+	text   []byte
+	ids    []int
+	tokens bool
+	bytes  int
+	err    bool
+}
+
+func isJSONNull(v json.RawMessage) bool { return string(v) == "null" }
+
+func (r *refRenderer) chat(tools, instr, msgs json.RawMessage, haveMsgs bool) {
+	if tools != nil && !isJSONNull(tools) {
+		r.text = append(r.text, "\x1etools\x1f"...)
+		r.text = append(r.text, tools...)
+	}
+	var s string
+	if instr != nil && json.Unmarshal(instr, &s) == nil && instr[0] == '"' {
+		r.text = append(r.text, "\x1esystem\x1f"...)
+		r.text = append(r.text, s...)
+	}
+	if !haveMsgs {
+		return
+	}
+	var items []json.RawMessage
+	if msgs[0] != '[' || json.Unmarshal(msgs, &items) != nil {
+		r.err = true
+		return
+	}
+	for _, it := range items {
+		r.message(it)
+	}
+}
+
+func refString(v json.RawMessage) (string, bool) {
+	var s string
+	if v == nil || v[0] != '"' || json.Unmarshal(v, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+func (r *refRenderer) message(it json.RawMessage) {
+	var m map[string]json.RawMessage
+	if it[0] != '{' || json.Unmarshal(it, &m) != nil {
+		r.err = true
+		return
+	}
+	role, hasRole := refString(m["role"])
+	content, hasContent := m["content"]
+	if !hasRole && !hasContent {
+		r.text = append(r.text, 0x1e, 0x1d)
+		r.text = append(r.text, it...)
+		return
+	}
+	r.text = append(r.text, 0x1e)
+	r.text = append(r.text, role...)
+	r.text = append(r.text, 0x1f)
+	if name, ok := refString(m["name"]); ok {
+		r.text = append(r.text, name...)
+		r.text = append(r.text, 0x1f)
+	}
+	if s, ok := refString(content); ok {
+		r.text = append(r.text, s...)
+	} else if hasContent && content[0] == '[' {
+		var parts []json.RawMessage
+		_ = json.Unmarshal(content, &parts)
+		for _, p := range parts {
+			r.part(p)
+		}
+	}
+	if calls, ok := m["tool_calls"]; ok && !isJSONNull(calls) {
+		r.text = append(r.text, 0x1d)
+		r.text = append(r.text, calls...)
+	}
+	if id, ok := refString(m["tool_call_id"]); ok {
+		r.text = append(r.text, 0x1d)
+		r.text = append(r.text, id...)
+	}
+}
+
+func (r *refRenderer) part(p json.RawMessage) {
+	if s, ok := refString(p); ok {
+		r.text = append(r.text, s...)
+		return
+	}
+	var m map[string]json.RawMessage
+	if p[0] != '{' || json.Unmarshal(p, &m) != nil {
+		r.err = true
+		return
+	}
+	switch string(m["type"]) {
+	case `"text"`, `"input_text"`, `"output_text"`:
+		if s, ok := refString(m["text"]); ok {
+			r.text = append(r.text, s...)
+			return
+		}
+	}
+	r.text = append(r.text, 0x1d)
+	r.text = append(r.text, p...)
+}
+
+func (r *refRenderer) promptValue(v, tools, instr json.RawMessage) {
+	if s, ok := refString(v); ok {
+		r.chat(tools, instr, nil, false)
+		r.text = append(r.text, s...)
+		return
+	}
+	if isJSONNull(v) {
+		return
+	}
+	var items []json.RawMessage
+	if v[0] != '[' || json.Unmarshal(v, &items) != nil {
+		r.err = true
+		return
+	}
+	if len(items) == 0 {
+		return
+	}
+	switch items[0][0] {
+	case '{':
+		r.chat(tools, instr, v, true)
+	case '"':
+		for i, it := range items {
+			s, ok := refString(it)
+			if !ok {
+				r.err = true
+				return
+			}
+			if i == 0 {
+				r.text = append(r.text, s...)
+			} else {
+				r.bytes += len(s)
+			}
+		}
+	case '[':
+		r.tokens = true
+		total := 0
+		for i, it := range items {
+			var arr []json.RawMessage
+			if it[0] != '[' || json.Unmarshal(it, &arr) != nil {
+				r.err = true
+				return
+			}
+			for _, x := range arr {
+				n, ok := refInt(x)
+				if !ok {
+					r.err = true
+					return
+				}
+				if i == 0 {
+					r.ids = append(r.ids, n)
+				}
+			}
+			total += len(arr)
+		}
+		r.bytes = total * BytesPerToken
+	default:
+		r.tokens = true
+		for _, x := range items {
+			n, ok := refInt(x)
+			if !ok {
+				r.err = true
+				return
+			}
+			r.ids = append(r.ids, n)
+		}
+		r.bytes = len(r.ids) * BytesPerToken
+	}
+}
+
+// refInt reads a JSON integer of at most 19 digits (wrapping like the
+// scanner beyond int64; only the digits matter to the hash).
+func refInt(x json.RawMessage) (int, bool) {
+	s := string(x)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	if s == "" || len(s) > 19 {
+		return 0, false
+	}
+	n := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
