@@ -49,11 +49,24 @@ func BenchmarkParseRequest(b *testing.B) {
 	}
 }
 
-// BenchmarkPrepare is ParseRequest plus rendering and hashing the prompt
-// for the prefix index: the whole per-request body cost of the router.
+// BenchmarkPrepare is ParseRequestPrompt plus Prepare, the Proxy's path:
+// the whole per-request body cost of the router (parse, render and hash
+// the prompt for the prefix index).
 func BenchmarkPrepare(b *testing.B) {
+	benchPrepare(b, true)
+}
+
+// BenchmarkPrepareTwoPass is ParseRequest plus Prepare, which reads the
+// body a second time to render the prompt (the path of callers that parse
+// without a prefix.Prompt).
+func BenchmarkPrepareTwoPass(b *testing.B) {
+	benchPrepare(b, false)
+}
+
+func benchPrepare(b *testing.B, onePass bool) {
 	h := prefix.NewHasher(prefix.HashConfig{})
 	rt := Route{Model: "meta-llama/Llama-3.1-8B-Instruct"}
+	pr := h.NewPrompt()
 	for _, sz := range benchSizes {
 		body := chatBody(sz.size)
 		b.Run(sz.name, func(b *testing.B) {
@@ -61,7 +74,13 @@ func BenchmarkPrepare(b *testing.B) {
 			b.ReportAllocs()
 			var req signals.Request
 			for b.Loop() {
-				p, err := ParseRequest("/v1/chat/completions", nil, body, ParseOptions{})
+				var p Parsed
+				var err error
+				if onePass {
+					p, err = ParseRequestPrompt("/v1/chat/completions", nil, body, ParseOptions{}, pr)
+				} else {
+					p, err = ParseRequest("/v1/chat/completions", nil, body, ParseOptions{})
+				}
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,6 +26,19 @@ func fixture(t testing.TB, name string) []byte {
 	return b
 }
 
+// parsers are the two ways to parse a request: ParseRequest, and
+// ParseRequestPrompt, which also renders the prompt; every field they
+// return must agree.
+var parsers = []struct {
+	name  string
+	parse func(path string, header http.Header, body []byte, opts ParseOptions) (Parsed, error)
+}{
+	{"ParseRequest", ParseRequest},
+	{"ParseRequestPrompt", func(path string, header http.Header, body []byte, opts ParseOptions) (Parsed, error) {
+		return ParseRequestPrompt(path, header, body, opts, prefix.NewHasher(prefix.HashConfig{}).NewPrompt())
+	}},
+}
+
 func TestParseRequestFixtures(t *testing.T) {
 	tests := []struct {
 		name, path, file string
@@ -43,13 +57,15 @@ func TestParseRequestFixtures(t *testing.T) {
 		{"lora", "/v1/chat/completions", "llm-d-inference-sim/chat-completions-lora.request.json",
 			Parsed{Kind: KindChat, JSON: true, Model: "chat-lora", MaxOutputTokens: 20}},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseRequest(tc.path, nil, fixture(t, tc.file), ParseOptions{})
-			require.NoError(t, err)
-			got.modelStart, got.modelEnd = 0, 0
-			assert.Equal(t, tc.want, got)
-		})
+	for _, ps := range parsers {
+		for _, tc := range tests {
+			t.Run(ps.name+"/"+tc.name, func(t *testing.T) {
+				got, err := ps.parse(tc.path, nil, fixture(t, tc.file), ParseOptions{})
+				require.NoError(t, err)
+				got.modelStart, got.modelEnd, got.prompt = 0, 0, nil
+				assert.Equal(t, tc.want, got)
+			})
+		}
 	}
 }
 
@@ -83,13 +99,15 @@ func TestParseRequestFields(t *testing.T) {
 		{"whitespace around", " \n{ \"model\" : \"m\" , \"stream\" : true }\n", nil,
 			Parsed{Kind: KindChat, JSON: true, Model: "m", Stream: true}},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseRequest("/v1/chat/completions", tc.header, []byte(tc.body), ParseOptions{})
-			require.NoError(t, err)
-			got.modelStart, got.modelEnd = 0, 0
-			assert.Equal(t, tc.want, got)
-		})
+	for _, ps := range parsers {
+		for _, tc := range tests {
+			t.Run(ps.name+"/"+tc.name, func(t *testing.T) {
+				got, err := ps.parse("/v1/chat/completions", tc.header, []byte(tc.body), ParseOptions{})
+				require.NoError(t, err)
+				got.modelStart, got.modelEnd, got.prompt = 0, 0, nil
+				assert.Equal(t, tc.want, got)
+			})
+		}
 	}
 }
 
@@ -112,13 +130,15 @@ func TestParseRequestErrors(t *testing.T) {
 		{"bad priority", `{}`, http.Header{"X-Inferroute-Priority": {"high"}}, ""},
 		{"bad SLO", `{}`, http.Header{"X-Slo-Ttft-Ms": {"-5"}}, ""},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseRequest("/v1/chat/completions", tc.header, []byte(tc.body), ParseOptions{})
-			require.ErrorIs(t, err, ErrMalformed)
-			assert.Equal(t, tc.param, param(err))
-			assert.Equal(t, 400, errorFor(err, 0).Status)
-		})
+	for _, ps := range parsers {
+		for _, tc := range tests {
+			t.Run(ps.name+"/"+tc.name, func(t *testing.T) {
+				_, err := ps.parse("/v1/chat/completions", tc.header, []byte(tc.body), ParseOptions{})
+				require.ErrorIs(t, err, ErrMalformed)
+				assert.Equal(t, tc.param, param(err))
+				assert.Equal(t, 400, errorFor(err, 0).Status)
+			})
+		}
 	}
 }
 
@@ -173,7 +193,7 @@ func TestPrepare(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			body := []byte(tc.body)
 			hdr := http.Header{"X-Slo-Ttft-Ms": {"100"}}
-			p, err := ParseRequest("/v1/completions", hdr, body, ParseOptions{})
+			p, err := ParseRequestPrompt("/v1/completions", hdr, body, ParseOptions{}, h.NewPrompt())
 			require.NoError(t, err)
 			var req signals.Request
 			require.NoError(t, Prepare(&req, &p, tc.rt, body, hdr, h, nil))
@@ -189,6 +209,77 @@ func TestPrepare(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPrepareOnePassMatchesTwoPasses checks that the prompt rendered by
+// ParseRequestPrompt hashes to the blocks Prepare computes from the body
+// after ParseRequest, on every fixture body and on long bodies.
+func TestPrepareOnePassMatchesTwoPasses(t *testing.T) {
+	bodies := map[string][]byte{}
+	err := filepath.WalkDir(fixtures, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".request.json") {
+			return err
+		}
+		bodies[filepath.Base(path)], err = os.ReadFile(path)
+		return err
+	})
+	require.NoError(t, err)
+	require.Greater(t, len(bodies), 20)
+	for _, sz := range benchSizes {
+		bodies[sz.name] = chatBody(sz.size)
+	}
+	bodies["content before role"] = []byte(`{"messages":[{"content":"` + strings.Repeat(`a long \"system\" prompt\n`, 40) +
+		`","role":"system"},{"content":"hi","name":"n","role":"user"}],"model":"m"}`)
+	h := prefix.NewHasher(prefix.HashConfig{BlockBytes: 32})
+	pr := h.NewPrompt()
+	rt := Route{Model: "base", Adapter: "lora"}
+	for name, body := range bodies {
+		t.Run(name, func(t *testing.T) {
+			p2, err2 := ParseRequest("/v1/chat/completions", nil, body, ParseOptions{})
+			p1, err1 := ParseRequestPrompt("/v1/chat/completions", nil, body, ParseOptions{}, pr)
+			if err2 != nil {
+				require.ErrorIs(t, err1, ErrMalformed)
+				return
+			}
+			var r1, r2 signals.Request
+			err2 = Prepare(&r2, &p2, rt, body, nil, h, nil)
+			if err2 != nil {
+				require.ErrorIs(t, err1, ErrMalformed, "a prompt of the wrong shape fails the one-pass parse")
+				return
+			}
+			require.NoError(t, err1)
+			require.NoError(t, Prepare(&r1, &p1, rt, body, nil, h, nil))
+			assert.Equal(t, r2.PromptTokens, r1.PromptTokens)
+			assert.Equal(t, r2.PromptBlocks, r1.PromptBlocks)
+			want, n, err := h.HashBody(nil, "base", "lora", body)
+			require.NoError(t, err)
+			assert.Equal(t, want, r1.PromptBlocks)
+			assert.Equal(t, n/prefix.BytesPerToken, r1.PromptTokens)
+		})
+	}
+}
+
+func TestParseRequestPromptShapeAndHasher(t *testing.T) {
+	h := prefix.NewHasher(prefix.HashConfig{})
+	body := []byte(`{"model":"m","messages":"not an array"}`)
+	_, err := ParseRequest("/v1/chat/completions", nil, body, ParseOptions{})
+	require.NoError(t, err, "ParseRequest leaves the prompt to Prepare")
+	_, err = ParseRequestPrompt("/v1/chat/completions", nil, body, ParseOptions{}, h.NewPrompt())
+	require.ErrorIs(t, err, ErrMalformed)
+	assert.Equal(t, 400, errorFor(err, 0).Status)
+
+	// A Prompt of another Hasher is not used: Prepare reads the body with
+	// the Hasher it is given.
+	body = []byte(`{"model":"m","prompt":"` + strings.Repeat("0123456789abcdef", 8) + `"}`)
+	p, err := ParseRequestPrompt("/v1/completions", nil, body, ParseOptions{}, h.NewPrompt())
+	require.NoError(t, err)
+	h16 := prefix.NewHasher(prefix.HashConfig{BlockBytes: 16})
+	var req signals.Request
+	require.NoError(t, Prepare(&req, &p, Route{Model: "m"}, body, nil, h16, nil))
+	want, _, err := h16.HashBody(nil, "m", "", body)
+	require.NoError(t, err)
+	assert.Len(t, req.PromptBlocks, 8)
+	assert.Equal(t, want, req.PromptBlocks)
 }
 
 func TestParseUsage(t *testing.T) {

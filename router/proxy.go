@@ -135,8 +135,9 @@ type Proxy struct {
 	retries   int
 	inst      instruments
 
-	table atomic.Pointer[Table]
-	calls sync.Pool
+	table   atomic.Pointer[Table]
+	calls   sync.Pool
+	prompts sync.Pool // *prefix.Prompt of hasher, held only during admit
 }
 
 // NewProxy returns a Proxy routing with t. It fails only when t is nil or
@@ -187,6 +188,7 @@ func NewProxy(t *Table, cfg Config) (*Proxy, error) {
 	}
 	p.table.Store(t)
 	p.calls.New = func() any { return new(call) }
+	p.prompts.New = func() any { return p.hasher.NewPrompt() }
 	return p, nil
 }
 
@@ -288,8 +290,14 @@ func (p *Proxy) admit(r *http.Request, c *call) (picker.Result, error) {
 	if err := p.readBody(r, c); err != nil {
 		return picker.Result{}, err
 	}
+	// The prompt is rendered while the body is parsed, and hashed once the
+	// route is known; it is not needed after Prepare.
+	pr := p.prompts.Get().(*prefix.Prompt)
+	defer p.prompts.Put(pr)
 	var err error
-	if c.parsed, err = ParseRequest(r.URL.Path, c.hdr, c.body, p.cfg.Parse); err != nil {
+	c.parsed, err = ParseRequestPrompt(r.URL.Path, c.hdr, c.body, p.cfg.Parse, pr)
+	defer func() { c.parsed.prompt = nil }()
+	if err != nil {
 		return picker.Result{}, err
 	}
 	t := p.table.Load()
