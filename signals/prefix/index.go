@@ -1020,14 +1020,14 @@ func countAnd(a, b []uint64) int {
 	return n
 }
 
-// fill sets every element of out to v, by doubling copies, which the
-// runtime does with vector moves.
+// fill sets every element of out to v: the first 32 one by one, the rest
+// by doubling copies, which the runtime does with vector moves.
 func fill(out []float64, v float64) {
-	if len(out) == 0 {
-		return
+	n := min(len(out), 32)
+	for i := range out[:n] {
+		out[i] = v
 	}
-	out[0] = v
-	for n := 1; n < len(out); n *= 2 {
+	for ; n < len(out); n *= 2 {
 		copy(out[n:], out[:n])
 	}
 }
