@@ -4,6 +4,7 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // EndpointSpec is the identity of a model-server replica: what discovery or
@@ -41,36 +42,47 @@ type Endpoint struct {
 
 	_ noCopy
 
-	// Read on every pick and match, written only by scrapes, health
-	// changes and the latency model.
+	// The fields a pick reads are grouped into two cache lines: the
+	// read-mostly line (written by scrapes, health changes and the latency
+	// model) and the counter line (written on every dispatch and
+	// completion). Padding keeps them apart, so that dispatches on one core
+	// do not invalidate what a match or a scorer on another core reads
+	// (false sharing), and aligned: Endpoint's size is a multiple of 64
+	// bytes, which Go's allocator places at 64-byte boundaries
+	// (TestHotFieldsAligned checks both).
+	_ [(64 - unsafe.Sizeof(EndpointSpec{})%64) % 64]byte
+
 	metrics        atomic.Pointer[Metrics]
+	throughput     atomic.Uint64 // math.Float64bits of tokens per second; 0 = unknown
+	invThroughput  atomic.Uint64 // math.Float64bits of 1/throughput; 0 = unknown
+	generation     atomic.Uint64
 	healthy        atomic.Bool
 	scrapeFailures atomic.Int32
-	generation     atomic.Uint64
-	throughput     atomic.Uint64 // math.Float64bits of tokens per second; 0 = unknown
+	_              [24]byte
 
-	// The counters below are written on every dispatch and completion. The
-	// padding keeps them off the cache line of the read-mostly fields above,
-	// so that a pick on one core does not invalidate what a match or a
-	// scorer on another core is reading (false sharing).
-	_ [64]byte
-
-	inFlight         atomic.Int64
-	inFlightTokens   atomic.Int64
-	prefilling       atomic.Int64
-	prefillTokens    atomic.Int64
-	dispatched       atomic.Uint64
-	completed        atomic.Uint64
-	dispatchedTokens atomic.Uint64
-	completedTokens  atomic.Uint64
-
+	// inFlight and inFlightTokens equal dispatched − completed and
+	// dispatchedTokens − completedTokens: Dispatch and Complete change
+	// both, and nothing else changes either.
+	inFlight       atomic.Int64
+	inFlightTokens atomic.Int64
+	prefilling     atomic.Int64
+	prefillTokens  atomic.Int64
 	// burst packs the decayed count of recent dispatches: the high 32 bits
 	// are a float32 count as of the time in the low 32 bits (milliseconds,
 	// wrapping every 49 days; only differences are used).
-	burst atomic.Uint64
+	burst      atomic.Uint64
+	dispatched atomic.Uint64
+	completed  atomic.Uint64
+	_          [8]byte
 
-	recentNext atomic.Uint32
-	recent     [recentAdapterSlots]recentAdapter
+	// Cumulative counters for Counters, and the adapters recently routed
+	// here; not read on the pick path.
+	dispatchedTokens atomic.Uint64
+	completedTokens  atomic.Uint64
+	recentNext       atomic.Uint32
+	recent           [recentAdapterSlots]recentAdapter
+
+	_ [40]byte // to a multiple of 64 bytes
 }
 
 // BurstHalfLife is the half-life of Endpoint.RecentDispatches: about the
@@ -100,6 +112,20 @@ func (ep *Endpoint) RecentDispatches(now time.Time) float64 {
 	return decayBurst(ep.burst.Load(), uint32(now.UnixMilli()))
 }
 
+// burstHalfLifeMs is BurstHalfLife in milliseconds.
+const burstHalfLifeMs = int32(BurstHalfLife / time.Millisecond)
+
+// burstDecay[r] is 2^(-r/burstHalfLifeMs): with ages in whole milliseconds
+// the decay is a table lookup and a power of two: as accurate as
+// math.Exp2 (the polynomial exp2Neg is within 1e-4), with no float
+// conversion on the pick path.
+var burstDecay = func() (t [burstHalfLifeMs]float64) {
+	for r := range t {
+		t[r] = math.Exp2(-float64(r) / float64(burstHalfLifeMs))
+	}
+	return t
+}()
+
 func decayBurst(packed uint64, nowMs uint32) float64 {
 	v := float64(math.Float32frombits(uint32(packed >> 32)))
 	if v == 0 {
@@ -109,7 +135,11 @@ func decayBurst(packed uint64, nowMs uint32) float64 {
 	if age <= 0 {
 		return v
 	}
-	return v * exp2Neg(float64(age)/float64(BurstHalfLife/time.Millisecond))
+	q, r := age/burstHalfLifeMs, age%burstHalfLifeMs
+	if q >= 1022 {
+		return 0
+	}
+	return v * burstDecay[r] * math.Float64frombits(uint64(1023-q)<<52)
 }
 
 // recentAdapterSlots bounds how many recently routed adapters are remembered
@@ -154,7 +184,7 @@ func (ep *Endpoint) Metrics() *Metrics { return ep.metrics.Load() }
 // which must not be modified afterwards. A nil m clears the snapshot.
 func (ep *Endpoint) SetMetrics(m *Metrics) {
 	if m != nil {
-		m.scrapedNanos = m.ScrapedAt.UnixNano()
+		m.summarize()
 	}
 	ep.metrics.Store(m)
 }
@@ -244,14 +274,6 @@ func (ep *Endpoint) InFlight() int64 { return max(ep.inFlight.Load(), 0) }
 // InFlightTokens returns the uncached prompt tokens of the requests in flight.
 func (ep *Endpoint) InFlightTokens() int64 { return max(ep.inFlightTokens.Load(), 0) }
 
-// sinceScrape returns the requests dispatched minus completed since the
-// snapshot's baseline: the work the scraped values do not include yet.
-func (ep *Endpoint) sinceScrape(m *Metrics) float64 {
-	d := float64(ep.dispatched.Load()) - float64(m.Baseline.Dispatched)
-	c := float64(ep.completed.Load()) - float64(m.Baseline.Completed)
-	return d - c
-}
-
 // blend mixes a scrape-based value with the local accounting by the
 // scrape's confidence, so an ageing scrape fades into local knowledge
 // instead of falling off a cliff.
@@ -264,13 +286,13 @@ func blend(scraped, local, conf float64) float64 {
 // since (never below zero), faded by the scrape's age toward the local
 // in-flight count. Before any scrape it is the local in-flight count.
 func (ep *Endpoint) QueueDepth(now time.Time, halfLife time.Duration) float64 {
-	return ep.corrected(func(m *Metrics) Reading { return m.Waiting }, now, halfLife)
+	return ep.corrected(func(h *scrapeSummary) float64 { return h.waiting }, now, halfLife)
 }
 
 // RunningRequests returns the number of requests in the endpoint's running
 // batch, corrected by the local accounting like QueueDepth.
 func (ep *Endpoint) RunningRequests(now time.Time, halfLife time.Duration) float64 {
-	return ep.corrected(func(m *Metrics) Reading { return m.Running }, now, halfLife)
+	return ep.corrected(func(h *scrapeSummary) float64 { return h.running }, now, halfLife)
 }
 
 // Requests returns the requests on the endpoint, waiting plus running, with
@@ -278,7 +300,7 @@ func (ep *Endpoint) RunningRequests(now time.Time, halfLife time.Duration) float
 // each count). It is what "how loaded is this pod in requests" means to a
 // scorer that does not care where in the server the requests sit.
 func (ep *Endpoint) Requests(now time.Time, halfLife time.Duration) float64 {
-	return ep.corrected(requestsReading, now, halfLife)
+	return ep.corrected(func(h *scrapeSummary) float64 { return h.requests }, now, halfLife)
 }
 
 // requestsReading is waiting plus running, known when either is.
@@ -296,24 +318,30 @@ func requestsReading(m *Metrics) Reading {
 	return Reading{Value: v, Known: true}
 }
 
-func (ep *Endpoint) corrected(field func(*Metrics) Reading, now time.Time, halfLife time.Duration) float64 {
-	local := float64(ep.InFlight())
+// corrected is a scraped count, chosen from the snapshot's summary by
+// field (NaN when unknown), corrected for the work since the scrape and
+// faded toward the local in-flight count (correct).
+func (ep *Endpoint) corrected(field func(*scrapeSummary) float64, now time.Time, halfLife time.Duration) float64 {
+	inFlight := ep.inFlight.Load()
+	local := float64(max(inFlight, 0))
 	m := ep.metrics.Load()
 	if m == nil {
 		return local
 	}
-	r := field(m)
-	if !r.Known {
+	v := field(&m.hot)
+	if v != v {
 		return local
 	}
-	return correct(r, ep.sinceScrape(m), local, m.confidence(now.UnixNano(), halfLife))
+	at := NewInstant(now, halfLife)
+	return correct(v, float64(inFlight-m.hot.baseInFlight), local, m.confidence(&at))
 }
 
-// correct is a known scraped count r plus the work dispatched minus
-// completed since the scrape (never below zero), blended toward the local
-// in-flight count by the scrape's confidence.
-func correct(r Reading, since, local, conf float64) float64 {
-	return blend(max(clampNonNeg(r.Value)+since, 0), local, conf)
+// correct is a scraped count v (known, not negative) plus since, the
+// requests dispatched minus completed since the scrape (the sum never below
+// zero), blended toward the local in-flight count by the scrape's
+// confidence.
+func correct(v, since, local, conf float64) float64 {
+	return blend(max(v+since, 0), local, conf)
 }
 
 // KVCacheUtilization returns the fraction of the endpoint's KV cache in use,
@@ -322,25 +350,25 @@ func correct(r Reading, since, local, conf float64) float64 {
 // toward the local in-flight tokens over the capacity. It is unknown when the
 // server does not publish utilisation.
 func (ep *Endpoint) KVCacheUtilization(now time.Time, halfLife time.Duration) (float64, bool) {
+	tokens := ep.inFlightTokens.Load()
 	m := ep.metrics.Load()
 	if m == nil || !m.KVCacheUtilization.Known {
 		return 0, false
 	}
-	return ep.kvAt(m, m.confidence(now.UnixNano(), halfLife)), true
+	at := NewInstant(now, halfLife)
+	return kvAt(&m.hot, tokens, m.confidence(&at)), true
 }
 
-// kvAt is KVCacheUtilization for a snapshot m whose utilisation is known,
-// at scrape confidence conf.
-func (ep *Endpoint) kvAt(m *Metrics, conf float64) float64 {
-	u := clamp01(m.KVCacheUtilization.Value)
-	capTokens := float64(m.CapacityTokens())
-	if capTokens <= 0 {
+// kvAt is KVCacheUtilization for a snapshot summary h whose utilisation is
+// known, with tokens uncached prompt tokens in flight (the raw counter), at
+// scrape confidence conf.
+func kvAt(h *scrapeSummary, tokens int64, conf float64) float64 {
+	u := h.kv
+	if h.invCap <= 0 {
 		return u
 	}
-	dt := float64(ep.dispatchedTokens.Load()) - float64(m.Baseline.DispatchedTokens)
-	ct := float64(ep.completedTokens.Load()) - float64(m.Baseline.CompletedTokens)
-	scraped := clamp01(u + (dt-ct)/capTokens)
-	local := clamp01(float64(ep.InFlightTokens()) / capTokens)
+	scraped := clamp01(u + float64(tokens-h.baseInFlightTokens)*h.invCap)
+	local := clamp01(float64(max(tokens, 0)) * h.invCap)
 	return blend(scraped, local, conf)
 }
 
@@ -547,9 +575,13 @@ func (ep *Endpoint) Throughput() (float64, bool) {
 func (ep *Endpoint) SetThroughput(tokensPerSecond float64) {
 	if math.IsNaN(tokensPerSecond) || math.IsInf(tokensPerSecond, 0) || tokensPerSecond <= 0 {
 		ep.throughput.Store(0)
+		ep.invThroughput.Store(0)
 		return
 	}
+	// Two stores: a reader may pair one value with the other's previous
+	// one, for one pick, until both are published.
 	ep.throughput.Store(math.Float64bits(tokensPerSecond))
+	ep.invThroughput.Store(math.Float64bits(1 / tokensPerSecond))
 }
 
 func clampNonNeg(v float64) float64 {

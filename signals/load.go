@@ -1,6 +1,9 @@
 package signals
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Load is one endpoint's load as read once, at one instant, with one
 // staleness half-life: every corrected count the scorers of a pick need,
@@ -33,7 +36,48 @@ type Load struct {
 	InFlight int64
 	// InFlightTokens is InFlightTokens.
 	InFlightTokens int64
+	// PrefillRequests and PrefillTokens are Prefilling.
+	PrefillRequests, PrefillTokens int64
+	// Throughput is Throughput in tokens per second; 0 when not measured.
+	Throughput float64
+	// InvThroughput is 1/Throughput, 0 when not measured: computed when the
+	// throughput is published, so that scorers multiply, not divide.
+	InvThroughput float64
+	// Recent is RecentDispatches at the instant read.
+	Recent float64
 }
+
+// PrefillRate is Endpoint.PrefillRate: Throughput when measured, else
+// DefaultPrefillRate.
+func (l *Load) PrefillRate() float64 {
+	if l.Throughput > 0 {
+		return l.Throughput
+	}
+	return DefaultPrefillRate
+}
+
+// Instant is a moment and a staleness half-life prepared for reading the
+// loads of many endpoints at that moment (Endpoint.ReadLoadAt): the
+// conversions ReadLoad would repeat for every endpoint are done once.
+type Instant struct {
+	now      time.Time
+	halfLife time.Duration
+	nanos    int64   // now.UnixNano()
+	ms       uint32  // now.UnixMilli(), wrapping
+	inv      float64 // 1/halfLife in nanoseconds; 0 when values never age
+}
+
+// NewInstant returns the Instant of now with the given half-life; a
+// non-positive half-life means scraped values never age.
+func NewInstant(now time.Time, halfLife time.Duration) Instant {
+	return Instant{now: now, halfLife: halfLife, nanos: now.UnixNano(), ms: uint32(now.UnixMilli()), inv: invOrZero(float64(halfLife))}
+}
+
+// Time returns the instant's time.
+func (at *Instant) Time() time.Time { return at.now }
+
+// HalfLife returns the instant's staleness half-life.
+func (at *Instant) HalfLife() time.Duration { return at.halfLife }
 
 // LoadAt returns the endpoint's Load at now with the given staleness
 // half-life. It is lock-free, does not allocate, and is safe for concurrent
@@ -47,33 +91,49 @@ func (ep *Endpoint) LoadAt(now time.Time, halfLife time.Duration) Load {
 // ReadLoad is LoadAt writing into *dst, for callers that keep Loads in a
 // slice and want no copy.
 func (ep *Endpoint) ReadLoad(dst *Load, now time.Time, halfLife time.Duration) {
-	inFlight := ep.InFlight()
-	local := float64(inFlight)
+	at := NewInstant(now, halfLife)
+	ep.ReadLoadAt(dst, &at)
+}
+
+// ReadLoadAt is ReadLoad at a prepared instant: what a caller reading the
+// loads of a whole pool at one moment should use.
+func (ep *Endpoint) ReadLoadAt(dst *Load, at *Instant) {
+	// The endpoint's counter line, its read-mostly line and the summary
+	// line of its snapshot: all a Load needs.
+	inFlight := ep.inFlight.Load()
+	tokens := ep.inFlightTokens.Load()
+	local := float64(max(inFlight, 0))
 	*dst = Load{
-		HalfLife:       halfLife,
-		Waiting:        local,
-		Running:        local,
-		Requests:       local,
-		InFlight:       inFlight,
-		InFlightTokens: ep.InFlightTokens(),
+		HalfLife:        at.halfLife,
+		Waiting:         local,
+		Running:         local,
+		Requests:        local,
+		InFlight:        max(inFlight, 0),
+		InFlightTokens:  max(tokens, 0),
+		PrefillRequests: max(ep.prefilling.Load(), 0),
+		PrefillTokens:   max(ep.prefillTokens.Load(), 0),
+		Throughput:      math.Float64frombits(ep.throughput.Load()),
+		InvThroughput:   math.Float64frombits(ep.invThroughput.Load()),
+		Recent:          decayBurst(ep.burst.Load(), at.ms),
 	}
 	m := ep.metrics.Load()
 	if m == nil {
 		return
 	}
-	conf := m.confidence(now.UnixNano(), halfLife)
+	h := &m.hot
+	conf := m.confidence(at)
 	dst.Confidence = conf
-	since := ep.sinceScrape(m)
-	if m.Waiting.Known {
-		dst.Waiting = correct(m.Waiting, since, local, conf)
+	since := float64(inFlight - h.baseInFlight)
+	if h.waiting == h.waiting {
+		dst.Waiting = correct(h.waiting, since, local, conf)
 	}
-	if m.Running.Known {
-		dst.Running = correct(m.Running, since, local, conf)
+	if h.running == h.running {
+		dst.Running = correct(h.running, since, local, conf)
 	}
-	if r := requestsReading(m); r.Known {
-		dst.Requests = correct(r, since, local, conf)
+	if h.requests == h.requests {
+		dst.Requests = correct(h.requests, since, local, conf)
 	}
-	if m.KVCacheUtilization.Known {
-		dst.KV, dst.KVKnown = ep.kvAt(m, conf), true
+	if h.kv == h.kv {
+		dst.KV, dst.KVKnown = kvAt(h, tokens, conf), true
 	}
 }

@@ -62,7 +62,11 @@ func TestLoadAtMatchesMethods(t *testing.T) {
 			}
 			for _, n := range tt.dispatch {
 				ep.Dispatch(n)
+				ep.StartPrefill(n)
 				ep.NoteDispatch(t0)
+			}
+			if len(tt.complete) > 0 {
+				ep.EndPrefill(tt.complete[0])
 			}
 			for _, n := range tt.complete {
 				ep.Complete(n)
@@ -80,6 +84,21 @@ func TestLoadAtMatchesMethods(t *testing.T) {
 			assert.Equal(t, kv, l.KV, "KV")
 			assert.Equal(t, ep.InFlight(), l.InFlight, "InFlight")
 			assert.Equal(t, ep.InFlightTokens(), l.InFlightTokens, "InFlightTokens")
+			preq, ptok := ep.Prefilling()
+			assert.Equal(t, preq, l.PrefillRequests, "PrefillRequests")
+			assert.Equal(t, ptok, l.PrefillTokens, "PrefillTokens")
+			assert.Equal(t, ep.PrefillRate(), l.PrefillRate(), "PrefillRate")
+			if tp, ok := ep.Throughput(); ok {
+				assert.Equal(t, tp, l.Throughput, "Throughput")
+				assert.Equal(t, 1/tp, l.InvThroughput, "InvThroughput")
+			} else {
+				assert.Zero(t, l.Throughput, "Throughput unmeasured")
+				assert.Zero(t, l.InvThroughput, "InvThroughput unmeasured")
+			}
+			assert.Equal(t, ep.RecentDispatches(now), l.Recent, "Recent")
+			if len(tt.dispatch) > 0 && tt.age <= 2*time.Second {
+				assert.Positive(t, l.Recent, "dispatches were noted")
+			}
 			if tt.m == nil {
 				assert.Zero(t, l.Confidence)
 			} else {

@@ -26,6 +26,11 @@ func Known(v float64) Reading {
 // with Endpoint.SetMetrics and must not be modified afterwards: readers on the
 // pick path hold it without locks.
 type Metrics struct {
+	// hot is what the pick path reads, filled in by Endpoint.SetMetrics.
+	// It comes first and Metrics is padded to a multiple of 64 bytes, so a
+	// published snapshot's hot fields share one cache line.
+	hot scrapeSummary
+
 	// ScrapedAt is when the scrape request was sent (not when it returned):
 	// the server's values describe that moment at the latest.
 	ScrapedAt time.Time
@@ -59,21 +64,77 @@ type Metrics struct {
 	// NumBlocks is the number of GPU KV-cache blocks, 0 if unknown.
 	NumBlocks int
 
-	// scrapedNanos caches ScrapedAt.UnixNano(), set by Endpoint.SetMetrics:
-	// the pick path computes ages in integer nanoseconds.
-	scrapedNanos int64
+	// Padding to a multiple of 64 bytes: Go's allocator places objects of
+	// such a size class at 64-byte boundaries, which puts hot on one cache
+	// line (TestHotFieldsAligned checks it).
+	_ [56]byte
 }
 
-// confidence is Confidence for a published snapshot, in integer time.
-func (m *Metrics) confidence(nowNanos int64, halfLife time.Duration) float64 {
-	if halfLife <= 0 {
+// scrapeSummary is a snapshot's values in the form the pick path uses,
+// computed once per scrape instead of once per pick: 64 bytes, one cache
+// line. Unknown readings are NaN.
+type scrapeSummary struct {
+	scrapedNanos int64   // ScrapedAt.UnixNano(): ages in integer nanoseconds
+	waiting      float64 // Waiting clamped to ≥ 0
+	running      float64 // Running clamped to ≥ 0
+	requests     float64 // the sum of those known (requestsReading)
+	kv           float64 // KVCacheUtilization clamped to [0, 1]
+	invCap       float64 // 1 / CapacityTokens(), 0 when unknown
+	// baseInFlight and baseInFlightTokens are Baseline's dispatched minus
+	// completed requests and tokens: the in-flight counts when the scrape
+	// was sent. Endpoint keeps its in-flight counters equal to the same
+	// differences of its cumulative ones, so the work since the scrape is
+	// one subtraction.
+	baseInFlight       int64
+	baseInFlightTokens int64
+}
+
+// invOrZero returns 1/v, or 0 when v is not positive.
+func invOrZero(v float64) float64 {
+	if v > 0 {
+		return 1 / v
+	}
+	return 0
+}
+
+// summarize fills in m.hot from m's exported fields.
+func (m *Metrics) summarize() {
+	nan := math.NaN()
+	h := scrapeSummary{
+		scrapedNanos:       m.ScrapedAt.UnixNano(),
+		waiting:            nan,
+		running:            nan,
+		requests:           nan,
+		kv:                 nan,
+		invCap:             invOrZero(float64(m.CapacityTokens())),
+		baseInFlight:       int64(m.Baseline.Dispatched - m.Baseline.Completed),
+		baseInFlightTokens: int64(m.Baseline.DispatchedTokens - m.Baseline.CompletedTokens),
+	}
+	if m.Waiting.Known {
+		h.waiting = clampNonNeg(m.Waiting.Value)
+	}
+	if m.Running.Known {
+		h.running = clampNonNeg(m.Running.Value)
+	}
+	if r := requestsReading(m); r.Known {
+		h.requests = r.Value
+	}
+	if m.KVCacheUtilization.Known {
+		h.kv = clamp01(m.KVCacheUtilization.Value)
+	}
+	m.hot = h
+}
+
+// confidence is Confidence for a published snapshot at the instant at.
+func (m *Metrics) confidence(at *Instant) float64 {
+	if at.inv <= 0 {
 		return 1
 	}
-	age := nowNanos - m.scrapedNanos
+	age := at.nanos - m.hot.scrapedNanos
 	if age <= 0 {
 		return 1
 	}
-	return exp2Neg(float64(age) / float64(halfLife))
+	return exp2Neg(float64(age) * at.inv)
 }
 
 // CapacityTokens returns the KV-cache capacity in tokens, or 0 when the
