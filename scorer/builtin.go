@@ -12,13 +12,40 @@ import (
 
 // Compile-time guards.
 var (
-	_ Scorer = (*QueueScorer)(nil)
-	_ Scorer = (*KVCacheScorer)(nil)
-	_ Scorer = (*RunningScorer)(nil)
-	_ Scorer = (*LoRAScorer)(nil)
-	_ Scorer = (*TokenLoadScorer)(nil)
-	_ Scorer = BurstScorer{}
+	_ Normalized = (*QueueScorer)(nil)
+	_ Normalized = (*KVCacheScorer)(nil)
+	_ Normalized = (*RunningScorer)(nil)
+	_ Normalized = (*LoRAScorer)(nil)
+	_ Normalized = (*TokenLoadScorer)(nil)
+	_ Normalized = BurstScorer{}
+	_ Normalized = (*PrefillScorer)(nil)
+	_ Normalized = (*PrefixScorer)(nil)
 )
+
+// NormalizedScores implements Normalized: InverseMinMax scores.
+func (*QueueScorer) NormalizedScores() {}
+
+// NormalizedScores implements Normalized: Invert scores.
+func (*KVCacheScorer) NormalizedScores() {}
+
+// NormalizedScores implements Normalized: InverseMinMax scores.
+func (*RunningScorer) NormalizedScores() {}
+
+// NormalizedScores implements Normalized: scores from a fixed table.
+func (LoRAScorer) NormalizedScores() {}
+
+// NormalizedScores implements Normalized: InverseMinMax scores.
+func (TokenLoadScorer) NormalizedScores() {}
+
+// NormalizedScores implements Normalized: 1/(1+r) with r ≥ 0.
+func (BurstScorer) NormalizedScores() {}
+
+// NormalizedScores implements Normalized: RelativeToBest scores.
+func (*PrefillScorer) NormalizedScores() {}
+
+// NormalizedScores implements Normalized: 0, 1, or PartialCredit (≤ 1)
+// times a fraction of the best match.
+func (*PrefixScorer) NormalizedScores() {}
 
 // QueueScorer prefers endpoints with fewer waiting requests. Raw values are
 // the corrected queue depths (signals.Endpoint.QueueDepth); scores are
@@ -30,9 +57,7 @@ type QueueScorer struct {
 
 // Score implements Scorer.
 func (s *QueueScorer) Score(_ context.Context, in *Input, out []float64) {
-	for i := range in.Endpoints {
-		out[i] = in.Load(i, s.HalfLife).Waiting
-	}
+	copy(out, in.columns(s.HalfLife).waiting)
 	copy(in.Raw, out)
 	InverseMinMax(out)
 }
@@ -55,25 +80,33 @@ type BurstScorer struct{}
 
 // Score implements Scorer.
 func (BurstScorer) Score(_ context.Context, in *Input, out []float64) {
+	c := in.unagedColumns()
 	var fastest, sum float64
 	var n int
-	for _, ep := range in.Endpoints {
-		if tp, ok := ep.Throughput(); ok {
+	for _, tp := range c.throughput {
+		if tp > 0 {
 			fastest = max(fastest, tp)
 			sum += tp
 			n++
 		}
 	}
-	for i, ep := range in.Endpoints {
-		r := ep.RecentDispatches(in.Now)
-		if n > 0 {
-			tp, ok := ep.Throughput()
-			if !ok {
-				tp = sum / float64(n)
-			}
-			r *= fastest / tp
+	raw := in.Raw[:len(c.recent)]
+	out = out[:len(c.recent)]
+	if n == 0 {
+		for i, r := range c.recent {
+			raw[i] = r
+			out[i] = 1 / (1 + r)
 		}
-		in.Raw[i] = r
+		return
+	}
+	unmeasured := fastest / (sum / float64(n)) // the weight of a pod at the mean
+	for i, r := range c.recent {
+		if inv := c.invThroughput[i]; inv > 0 {
+			r *= fastest * inv
+		} else {
+			r *= unmeasured
+		}
+		raw[i] = r
 		out[i] = 1 / (1 + r)
 	}
 }
@@ -87,8 +120,9 @@ type RunningScorer struct {
 
 // Score implements Scorer.
 func (s *RunningScorer) Score(_ context.Context, in *Input, out []float64) {
-	for i := range in.Endpoints {
-		out[i] = in.Load(i, s.HalfLife).Running
+	loads := in.Loads(s.HalfLife)
+	for i := range loads {
+		out[i] = loads[i].Running
 	}
 	copy(in.Raw, out)
 	InverseMinMax(out)
@@ -105,14 +139,7 @@ type KVCacheScorer struct {
 
 // Score implements Scorer.
 func (s *KVCacheScorer) Score(_ context.Context, in *Input, out []float64) {
-	for i := range in.Endpoints {
-		l := in.Load(i, s.HalfLife)
-		u := l.KV
-		if !l.KVKnown {
-			u = math.NaN()
-		}
-		out[i] = u
-	}
+	copy(out, in.columns(s.HalfLife).kv) // NaN when not known
 	copy(in.Raw, out)
 	Invert(out)
 }
@@ -134,6 +161,15 @@ var loraScores = [...]float64{
 
 // Score implements Scorer.
 func (LoRAScorer) Score(_ context.Context, in *Input, out []float64) {
+	if in.Request.Adapter == "" {
+		// Every endpoint serves the base model as it is
+		// (signals.Endpoint.LoRAResidency): no need to look at them.
+		for i := range in.Endpoints {
+			in.Raw[i] = float64(signals.ResidencyRunning)
+			out[i] = loraScores[signals.ResidencyRunning]
+		}
+		return
+	}
 	for i, ep := range in.Endpoints {
 		r := ep.LoRAResidency(in.Request.Adapter, in.Now)
 		in.Raw[i] = float64(r)
@@ -151,10 +187,11 @@ type TokenLoadScorer struct{}
 
 // Score implements Scorer.
 func (TokenLoadScorer) Score(_ context.Context, in *Input, out []float64) {
+	loads := in.unagedLoads()
 	var sum float64
 	var n int
-	for _, ep := range in.Endpoints {
-		if tp, ok := ep.Throughput(); ok {
+	for i := range loads {
+		if tp := loads[i].Throughput; tp > 0 {
 			sum += tp
 			n++
 		}
@@ -163,12 +200,12 @@ func (TokenLoadScorer) Score(_ context.Context, in *Input, out []float64) {
 	if n > 0 {
 		mean = sum / float64(n)
 	}
-	for i, ep := range in.Endpoints {
-		tp, ok := ep.Throughput()
-		if !ok {
+	for i := range loads {
+		tp := loads[i].Throughput
+		if tp <= 0 {
 			tp = mean
 		}
-		out[i] = float64(ep.InFlightTokens()) / tp
+		out[i] = float64(loads[i].InFlightTokens) / tp
 	}
 	copy(in.Raw, out)
 	InverseMinMax(out)
@@ -260,40 +297,52 @@ func (f *SaturationFilter) validate() error {
 	return nil
 }
 
-// saturation returns how saturated ep is: ≥ 1 means over a threshold.
-func (f *SaturationFilter) saturation(in *Input, i int) float64 {
-	l := in.Load(i, f.HalfLife)
+// saturation returns how saturated a candidate with the given KV-cache
+// utilisation (NaN when not known) and queue depth is: ≥ 1 means at or over
+// a threshold.
+func (f *SaturationFilter) saturation(kv, waiting float64) float64 {
 	var s float64
-	if f.KVThreshold > 0 && l.KVKnown {
-		s = l.KV / f.KVThreshold
+	if f.KVThreshold > 0 && kv == kv {
+		s = kv / f.KVThreshold
 	}
 	if f.QueueThreshold > 0 {
-		s = max(s, l.Waiting/f.QueueThreshold)
+		s = max(s, waiting/f.QueueThreshold)
 	}
 	return s
 }
 
-// Filter implements Filter. One pass: endpoints under every threshold are
-// compacted to the front while the least saturated one is remembered.
+// under reports whether a candidate is under every threshold, comparing
+// with the thresholds themselves (no division on the common path).
+func (f *SaturationFilter) under(kv, waiting float64) bool {
+	if f.KVThreshold > 0 && kv >= f.KVThreshold { // false for NaN: not known
+		return false
+	}
+	return f.QueueThreshold <= 0 || waiting < f.QueueThreshold
+}
+
+// Filter implements Filter. Endpoints under every threshold are compacted
+// to the front; only when none is does a second pass look for the least
+// saturated one.
 func (f *SaturationFilter) Filter(_ context.Context, in *Input) []*signals.Endpoint {
-	var best *signals.Endpoint
-	bestSat := math.Inf(1)
+	c := in.columns(f.HalfLife)
 	n := 0
 	for i, ep := range in.Endpoints {
-		s := f.saturation(in, i)
-		if s < bestSat || best == nil {
-			best, bestSat = ep, s
-		}
-		if s < 1 {
+		if f.under(c.kv[i], c.waiting[i]) {
 			in.Endpoints[n] = ep
 			n++
 		}
 	}
-	if n == 0 && best != nil {
-		in.Endpoints[0] = best
-		n = 1
+	if n > 0 || len(in.Endpoints) == 0 {
+		return in.Endpoints[:n]
 	}
-	return in.Endpoints[:n]
+	best, bestSat := 0, math.Inf(1)
+	for i := range in.Endpoints {
+		if s := f.saturation(c.kv[i], c.waiting[i]); s < bestSat {
+			best, bestSat = i, s
+		}
+	}
+	in.Endpoints[0] = in.Endpoints[best]
+	return in.Endpoints[:1]
 }
 
 // SubsetFilter restricts the candidates to a subset named in request

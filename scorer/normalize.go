@@ -16,6 +16,7 @@ const Neutral = 0.5
 // scheduler's DefaultNormalizeScore, made range-aware.
 func MinMax(vals []float64) {
 	lo, hi, ok := bounds(vals)
+	scale := 1 / (hi - lo) // a multiplication per value, not a division
 	for i, v := range vals {
 		switch {
 		case unknown(v) || !ok:
@@ -23,7 +24,7 @@ func MinMax(vals []float64) {
 		case hi == lo:
 			vals[i] = 1
 		default:
-			vals[i] = (v - lo) / (hi - lo)
+			vals[i] = min((v-lo)*scale, 1)
 		}
 	}
 }
@@ -33,6 +34,7 @@ func MinMax(vals []float64) {
 // All-equal known values score 1.
 func InverseMinMax(vals []float64) {
 	lo, hi, ok := bounds(vals)
+	scale := 1 / (hi - lo)
 	for i, v := range vals {
 		switch {
 		case unknown(v) || !ok:
@@ -40,7 +42,7 @@ func InverseMinMax(vals []float64) {
 		case hi == lo:
 			vals[i] = 1
 		default:
-			vals[i] = (hi - v) / (hi - lo)
+			vals[i] = min((hi-v)*scale, 1)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+
+	"github.com/inferroute/inferroute/signals"
 )
 
 var _ Scorer = (*PrefillScorer)(nil)
@@ -85,13 +87,17 @@ func (s *PrefillScorer) Score(_ context.Context, in *Input, out []float64) {
 	if in.Request != nil {
 		prompt = float64(max(in.Request.PromptTokens, 0))
 	}
-	for i, ep := range in.Endpoints[:n] {
+	c := in.unagedColumns()
+	for i, queued := range c.prefillTokens[:n] {
 		own := prompt
 		if i < len(in.Cached) {
 			own *= 1 - Clamp01(in.Cached[i])
 		}
-		_, queued := ep.Prefilling()
-		v := (float64(queued) + own) / ep.PrefillRate()
+		inv := c.invThroughput[i]
+		if inv <= 0 {
+			inv = 1 / signals.DefaultPrefillRate // as signals.Load.PrefillRate
+		}
+		v := (queued + own) * inv
 		if i < len(in.Raw) {
 			in.Raw[i] = v
 		}

@@ -137,9 +137,9 @@ func (s *PrefixScorer) Score(_ context.Context, in *Input, out []float64) {
 	}
 	// out holds the loads until the scores are written.
 	lmin := math.Inf(1)
-	for i := range in.Endpoints {
-		out[i] = in.Load(i, s.halfLife).Requests
-		lmin = min(lmin, out[i])
+	for i, r := range in.columns(s.halfLife).requests {
+		out[i] = r
+		lmin = min(lmin, r)
 	}
 	limitAbs := lmin + s.p.YieldAbsolute
 	limitRel := lmin * (1 + s.p.YieldRelative)
@@ -155,6 +155,7 @@ func (s *PrefixScorer) Score(_ context.Context, in *Input, out []float64) {
 	}
 	if best > 0 && best >= s.p.MinMatch {
 		near := best - s.p.Tolerance
+		credit := s.p.PartialCredit / best
 		for i, l := range out {
 			c := Clamp01(cached[i])
 			switch {
@@ -163,7 +164,7 @@ func (s *PrefixScorer) Score(_ context.Context, in *Input, out []float64) {
 			case c >= near:
 				out[i] = 1
 			default:
-				out[i] = s.p.PartialCredit * c / best
+				out[i] = credit * c
 			}
 		}
 		return

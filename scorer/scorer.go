@@ -2,6 +2,7 @@ package scorer
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/inferroute/inferroute/signals"
@@ -30,15 +31,79 @@ type Input struct {
 
 	// pick numbers the pick the memo entries belong to (Reset increments
 	// it), so that a reused Input never serves a previous pick's loads.
+	// loads[i] is the memoised Load of keys[i].ep, and cols mirrors the
+	// fields of it that built-in scorers read. aligned is the pick (0:
+	// none) for which Loads verified every entry against Endpoints, whose
+	// first element and length it also remembers.
 	pick  uint64
-	loads []loadMemo
+	loads []signals.Load
+	keys  []loadKey
+	cols  columns
+
+	aligned    uint64
+	alignedHL  time.Duration
+	alignedLen int
+	alignedAt  *signals.Endpoint
 }
 
-// loadMemo is one candidate's memoised Load.
-type loadMemo struct {
-	ep   *signals.Endpoint
-	pick uint64
-	load signals.Load
+// loadKey says whose Load a memo entry holds, for which pick and half-life.
+type loadKey struct {
+	ep       *signals.Endpoint
+	pick     uint64
+	halfLife time.Duration
+}
+
+// columns holds the fields of the memoised loads that the built-in filters
+// and scorers read, one slice per field (kv is NaN when not known), so
+// that a pass over one field of 512 candidates reads 4 KB rather than
+// every candidate's whole Load. Entry i mirrors loads[i].
+type columns struct {
+	waiting, requests, kv, prefillTokens, throughput, invThroughput, recent []float64
+}
+
+// set mirrors l into entry i.
+func (c *columns) set(i int, l *signals.Load) {
+	c.waiting[i] = l.Waiting
+	c.requests[i] = l.Requests
+	kv := l.KV
+	if !l.KVKnown {
+		kv = math.NaN()
+	}
+	c.kv[i] = kv
+	c.prefillTokens[i] = float64(l.PrefillTokens)
+	c.throughput[i] = l.Throughput
+	c.invThroughput[i] = l.InvThroughput
+	c.recent[i] = l.Recent
+}
+
+// move copies entry k to entry j.
+func (c *columns) move(j, k int) {
+	c.waiting[j] = c.waiting[k]
+	c.requests[j] = c.requests[k]
+	c.kv[j] = c.kv[k]
+	c.prefillTokens[j] = c.prefillTokens[k]
+	c.throughput[j] = c.throughput[k]
+	c.invThroughput[j] = c.invThroughput[k]
+	c.recent[j] = c.recent[k]
+}
+
+// grow makes every column n long.
+func (c *columns) grow(n int) {
+	for _, col := range []*[]float64{&c.waiting, &c.requests, &c.kv, &c.prefillTokens, &c.throughput, &c.invThroughput, &c.recent} {
+		if n > cap(*col) {
+			*col = append((*col)[:cap(*col)], make([]float64, n-cap(*col))...)
+		}
+		*col = (*col)[:n]
+	}
+}
+
+// prefix returns the first n entries of every column.
+func (c *columns) prefix(n int) columns {
+	return columns{
+		waiting: c.waiting[:n], requests: c.requests[:n], kv: c.kv[:n],
+		prefillTokens: c.prefillTokens[:n], throughput: c.throughput[:n], invThroughput: c.invThroughput[:n],
+		recent: c.recent[:n],
+	}
 }
 
 // Reset prepares in for a new pick of req over eps at now, keeping its
@@ -48,6 +113,28 @@ func (in *Input) Reset(req *signals.Request, eps []*signals.Endpoint, now time.T
 	in.Request, in.Endpoints, in.Now = req, eps, now
 	in.Cached, in.Raw = nil, nil
 	in.pick++
+	in.aligned = 0
+}
+
+// grow makes the memo hold at least n entries.
+func (in *Input) grow(n int) {
+	if n <= len(in.loads) {
+		return
+	}
+	if n > cap(in.loads) {
+		in.loads = append(in.loads[:cap(in.loads)], make([]signals.Load, n-cap(in.loads))...)
+		in.keys = append(in.keys[:cap(in.keys)], make([]loadKey, n-cap(in.keys))...)
+	}
+	in.loads, in.keys = in.loads[:n], in.keys[:n]
+	in.cols.grow(n)
+}
+
+// read reads ep's load at at into memo entry i.
+func (in *Input) read(i int, ep *signals.Endpoint, at *signals.Instant) {
+	in.keys[i] = loadKey{ep: ep, pick: in.pick, halfLife: at.HalfLife()}
+	l := &in.loads[i]
+	ep.ReadLoadAt(l, at)
+	in.cols.set(i, l)
 }
 
 // Load returns candidate in.Endpoints[i]'s load at in.Now corrected with
@@ -65,19 +152,72 @@ func (in *Input) Reset(req *signals.Request, eps []*signals.Endpoint, now time.T
 // a moved candidate unless Keep carried its memo along.
 func (in *Input) Load(i int, halfLife time.Duration) *signals.Load {
 	ep := in.Endpoints[i]
-	if i >= len(in.loads) {
-		n := max(len(in.Endpoints), i+1)
-		if n > cap(in.loads) {
-			in.loads = append(in.loads[:cap(in.loads)], make([]loadMemo, n-cap(in.loads))...)
+	in.grow(max(len(in.Endpoints), i+1))
+	if k := &in.keys[i]; in.pick == 0 || k.ep != ep || k.pick != in.pick || k.halfLife != halfLife {
+		at := signals.NewInstant(in.Now, halfLife)
+		in.read(i, ep, &at)
+	}
+	return &in.loads[i]
+}
+
+// Loads returns every candidate's Load, loads[i] being Load(i, halfLife),
+// in one slice aligned with in.Endpoints: what a filter or scorer that
+// visits every candidate should use, since after its first call in a pick
+// it costs no per-candidate check at all. The slice points into in and is
+// valid until in.Endpoints changes or the next Keep or Reset; callers must
+// not modify it.
+//
+// Loads trusts that nobody rewrote the elements of in.Endpoints in place
+// since its last call in the pick without calling Keep; filters that
+// compact candidates do so after reading their loads, and scorers must not
+// modify in.Endpoints at all (Scorer).
+func (in *Input) Loads(halfLife time.Duration) []signals.Load {
+	n := len(in.Endpoints)
+	if n == 0 {
+		return nil
+	}
+	if in.pick != 0 && in.aligned == in.pick && in.alignedHL == halfLife &&
+		in.alignedLen == n && in.alignedAt == in.Endpoints[0] {
+		return in.loads[:n]
+	}
+	in.grow(n)
+	at := signals.NewInstant(in.Now, halfLife)
+	keys := in.keys[:n]
+	for i, ep := range in.Endpoints {
+		if k := &keys[i]; in.pick == 0 || k.ep != ep || k.pick != in.pick || k.halfLife != halfLife {
+			in.read(i, ep, &at)
 		}
-		in.loads = in.loads[:n]
 	}
-	m := &in.loads[i]
-	if in.pick == 0 || m.ep != ep || m.pick != in.pick || m.load.HalfLife != halfLife {
-		m.ep, m.pick = ep, in.pick
-		ep.ReadLoad(&m.load, in.Now, halfLife)
+	if in.pick != 0 {
+		in.aligned, in.alignedHL, in.alignedLen, in.alignedAt = in.pick, halfLife, n, in.Endpoints[0]
 	}
-	return &m.load
+	return in.loads[:n]
+}
+
+// columns returns the column view of Loads(halfLife), for the built-in
+// filters and scorers.
+func (in *Input) columns(halfLife time.Duration) columns {
+	return in.cols.prefix(len(in.Loads(halfLife)))
+}
+
+// unagedLoads is Loads for fields that do not depend on the half-life
+// (InFlight, InFlightTokens, PrefillRequests, PrefillTokens, Throughput,
+// Recent): it asks with the half-life of the loads already read in this
+// pick, if any, so that they are reused rather than read again.
+func (in *Input) unagedLoads() []signals.Load {
+	var hl time.Duration
+	switch {
+	case in.pick != 0 && in.aligned == in.pick:
+		hl = in.alignedHL
+	case len(in.keys) > 0 && in.keys[0].pick == in.pick:
+		hl = in.keys[0].halfLife
+	}
+	return in.Loads(hl)
+}
+
+// unagedColumns is the column view of unagedLoads.
+func (in *Input) unagedColumns() columns {
+	return in.cols.prefix(len(in.unagedLoads()))
 }
 
 // Keep makes kept the candidates, where kept is what a filter returned: a
@@ -86,20 +226,22 @@ func (in *Input) Load(i int, halfLife time.Duration) *signals.Load {
 // them. A kept slice in any other order is valid too; loads that cannot be
 // matched are read again when asked for.
 func (in *Input) Keep(kept []*signals.Endpoint) {
+	in.aligned = 0
 	if len(kept) == len(in.Endpoints) && (len(kept) == 0 || &kept[0] == &in.Endpoints[0]) {
 		return // the filter kept every candidate where it was
 	}
 	in.Endpoints = kept
 	k := 0
 	for j, ep := range kept {
-		for k < len(in.loads) && in.loads[k].ep != ep {
+		for k < len(in.keys) && in.keys[k].ep != ep {
 			k++
 		}
-		if k == len(in.loads) {
+		if k == len(in.keys) {
 			return
 		}
 		if k != j {
-			in.loads[j] = in.loads[k]
+			in.keys[j], in.loads[j] = in.keys[k], in.loads[k]
+			in.cols.move(j, k)
 		}
 		k++
 	}
@@ -126,6 +268,19 @@ type Filter interface {
 // must not allocate.
 type Scorer interface {
 	Score(ctx context.Context, in *Input, out []float64)
+}
+
+// Normalized is implemented by scorers that promise more than Scorer asks
+// of them: given an Input whose Raw and Cached are set, as the picker sets
+// them, Score writes every entry of out with a value in [0, 1] (never NaN)
+// and every entry of in.Raw. The picker then skips the work it does for
+// any other scorer: pre-filling Raw with NaN and clamping the scores. The
+// built-in scorers implement it (TestNormalizedPromise checks each on
+// hostile inputs); a scorer that cannot keep the promise must not.
+type Normalized interface {
+	Scorer
+	// NormalizedScores marks the promise; it does nothing.
+	NormalizedScores()
 }
 
 // FilterFunc adapts a function to Filter.
