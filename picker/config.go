@@ -197,6 +197,7 @@ type compiled struct {
 	filters     []namedFilter
 	scorers     []scorer.Weighted
 	names       []string // scorer names, aligned with scorers
+	normalized  []bool   // whether each scorer implements scorer.Normalized
 	strategy    string
 	temperature float64
 	tieBand     float64 // absolute, in total-score units
@@ -271,6 +272,8 @@ func compile(c Config, reg *scorer.Registry, env scorer.Env) (*compiled, error) 
 			return nil, fmt.Errorf("scorers[%d]: %w", i, err)
 		}
 		out.scorers = append(out.scorers, scorer.Weighted{Name: p.Name, Weight: p.Weight, Scorer: s})
+		_, normalized := s.(scorer.Normalized)
+		out.normalized = append(out.normalized, normalized)
 		out.names = append(out.names, p.Name)
 		out.tieBand += p.Weight
 	}

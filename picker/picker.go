@@ -272,10 +272,16 @@ func (p *Picker) Pick(ctx context.Context, req *signals.Request) (Result, error)
 	for s, w := range cfg.scorers {
 		row := rec.scores[s*n : (s+1)*n]
 		raw := rec.raw[s*n : (s+1)*n]
-		for i := range raw {
-			raw[i] = math.NaN()
-		}
 		in.Raw = raw
+		if cfg.normalized[s] {
+			// The scorer writes every raw entry and scores in [0, 1].
+			w.Scorer.Score(ctx, in, row)
+			for i, v := range row {
+				total[i] += w.Weight * v
+			}
+			continue
+		}
+		copy(raw, rec.nans[:n])
 		w.Scorer.Score(ctx, in, row)
 		for i, v := range row {
 			v = scorer.Clamp01(v)
@@ -374,6 +380,7 @@ type record struct {
 	scores    []float64 // scorer-major: scores[s*n+i]
 	raw       []float64 // aligned with scores
 	total     []float64
+	nans      []float64 // all NaN: copied over each scorer's raw row
 	fallbacks []*signals.Endpoint
 
 	rng  rand.PCG
@@ -385,6 +392,10 @@ func (r *record) grow(n, k int) {
 	if cap(r.cached) < n {
 		r.cached = make([]float64, n)
 		r.total = make([]float64, n)
+		r.nans = make([]float64, n)
+		for i := range r.nans {
+			r.nans[i] = math.NaN()
+		}
 	}
 	if cap(r.scores) < n*k {
 		r.scores = make([]float64, n*k)
@@ -515,6 +526,36 @@ func softmax(total []float64, t float64, rng *rand.Rand) int {
 // total first (ties in candidate order). O(n·k), k is small.
 func rankFallbacks(dst []*signals.Endpoint, eps []*signals.Endpoint, total []float64, best, k int) []*signals.Endpoint {
 	k = min(k, len(eps)-1)
+	var buf [8]int
+	if k <= 0 || k > len(buf) {
+		return rankFallbacksSlow(dst, eps, total, best, k)
+	}
+	// One pass keeping the k best in order: by total, highest first, and
+	// among equal totals the earlier candidate first.
+	top := buf[:0]
+	for i, v := range total {
+		if i == best || (len(top) == k && v <= total[top[k-1]]) {
+			continue
+		}
+		j := len(top)
+		if j < k {
+			top = append(top, i)
+		} else {
+			j = k - 1
+		}
+		for ; j > 0 && v > total[top[j-1]]; j-- {
+			top[j] = top[j-1]
+		}
+		top[j] = i
+	}
+	for _, i := range top {
+		dst = append(dst, eps[i])
+	}
+	return dst
+}
+
+// rankFallbacksSlow is rankFallbacks by k passes, for large k.
+func rankFallbacksSlow(dst []*signals.Endpoint, eps []*signals.Endpoint, total []float64, best, k int) []*signals.Endpoint {
 	prev := math.Inf(1)
 	prevIdx := -1
 	for len(dst) < k {
