@@ -103,37 +103,41 @@ func (ep *Endpoint) ReadLoadAt(dst *Load, at *Instant) {
 	inFlight := ep.inFlight.Load()
 	tokens := ep.inFlightTokens.Load()
 	local := float64(max(inFlight, 0))
-	*dst = Load{
-		HalfLife:        at.halfLife,
-		Waiting:         local,
-		Running:         local,
-		Requests:        local,
-		InFlight:        max(inFlight, 0),
-		InFlightTokens:  max(tokens, 0),
-		PrefillRequests: max(ep.prefilling.Load(), 0),
-		PrefillTokens:   max(ep.prefillTokens.Load(), 0),
-		Throughput:      math.Float64frombits(ep.throughput.Load()),
-		InvThroughput:   math.Float64frombits(ep.invThroughput.Load()),
-		Recent:          decayBurst(ep.burst.Load(), at.ms),
+	// Each field is computed into a local and stored once: a composite
+	// literal followed by corrections would be built on the stack, copied
+	// and partly overwritten.
+	waiting, running, requests := local, local, local
+	var conf, kv float64
+	kvKnown := false
+	if m := ep.metrics.Load(); m != nil {
+		h := &m.hot
+		conf = m.confidence(at)
+		since := float64(inFlight - h.baseInFlight)
+		if h.waiting == h.waiting {
+			waiting = correct(h.waiting, since, local, conf)
+		}
+		if h.running == h.running {
+			running = correct(h.running, since, local, conf)
+		}
+		if h.requests == h.requests {
+			requests = correct(h.requests, since, local, conf)
+		}
+		if h.kv == h.kv {
+			kv, kvKnown = kvAt(h, tokens, conf), true
+		}
 	}
-	m := ep.metrics.Load()
-	if m == nil {
-		return
-	}
-	h := &m.hot
-	conf := m.confidence(at)
+	dst.HalfLife = at.halfLife
 	dst.Confidence = conf
-	since := float64(inFlight - h.baseInFlight)
-	if h.waiting == h.waiting {
-		dst.Waiting = correct(h.waiting, since, local, conf)
-	}
-	if h.running == h.running {
-		dst.Running = correct(h.running, since, local, conf)
-	}
-	if h.requests == h.requests {
-		dst.Requests = correct(h.requests, since, local, conf)
-	}
-	if h.kv == h.kv {
-		dst.KV, dst.KVKnown = kvAt(h, tokens, conf), true
-	}
+	dst.Waiting = waiting
+	dst.Running = running
+	dst.Requests = requests
+	dst.KV = kv
+	dst.KVKnown = kvKnown
+	dst.InFlight = max(inFlight, 0)
+	dst.InFlightTokens = max(tokens, 0)
+	dst.PrefillRequests = max(ep.prefilling.Load(), 0)
+	dst.PrefillTokens = max(ep.prefillTokens.Load(), 0)
+	dst.Throughput = math.Float64frombits(ep.throughput.Load())
+	dst.InvThroughput = math.Float64frombits(ep.invThroughput.Load())
+	dst.Recent = decayBurst(ep.burst.Load(), at.ms)
 }
