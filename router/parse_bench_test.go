@@ -33,6 +33,36 @@ var benchSizes = []struct {
 	size int
 }{{"1KB", 1 << 10}, {"32KB", 32 << 10}, {"220KB", 220 << 10}}
 
+// plainChatBody is the 220 KB body of benchmarks/overhead/run.sh: English
+// text without a single escape.
+func plainChatBody(size int) []byte {
+	s := "The quick brown fox jumps over the lazy dog while the model server keeps its cache warm. "
+	text := strings.Repeat(s, size/len(s)+1)[:size-220]
+	return fmt.Appendf(nil, `{"model":"meta-llama/Llama-3.1-8B-Instruct","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"%s"}],"max_tokens":64,"temperature":0.7,"user":"bench"}`, text)
+}
+
+// prepareBodies are benchSizes' bodies and the plain body of the overhead
+// benchmark.
+func prepareBodies() []struct {
+	name string
+	body []byte
+} {
+	var out []struct {
+		name string
+		body []byte
+	}
+	for _, sz := range benchSizes {
+		out = append(out, struct {
+			name string
+			body []byte
+		}{sz.name, chatBody(sz.size)})
+	}
+	return append(out, struct {
+		name string
+		body []byte
+	}{"220KB-plain", plainChatBody(220 << 10)})
+}
+
 func BenchmarkParseRequest(b *testing.B) {
 	for _, sz := range benchSizes {
 		body := chatBody(sz.size)
@@ -67,9 +97,9 @@ func benchPrepare(b *testing.B, onePass bool) {
 	h := prefix.NewHasher(prefix.HashConfig{})
 	rt := Route{Model: "meta-llama/Llama-3.1-8B-Instruct"}
 	pr := h.NewPrompt()
-	for _, sz := range benchSizes {
-		body := chatBody(sz.size)
-		b.Run(sz.name, func(b *testing.B) {
+	for _, bb := range prepareBodies() {
+		body := bb.body
+		b.Run(bb.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			var req signals.Request
@@ -128,9 +158,9 @@ func BenchmarkProxy(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, sz := range benchSizes {
-		body := bytes.Replace(chatBody(sz.size), []byte(`"stream":true`), []byte(`"stream":false`), 1)
-		b.Run(sz.name, func(b *testing.B) {
+	for _, bb := range prepareBodies() {
+		body := bytes.Replace(bb.body, []byte(`"stream":true`), []byte(`"stream":false`), 1)
+		b.Run(bb.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			rd := bytes.NewReader(body)

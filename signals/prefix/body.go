@@ -1,10 +1,9 @@
 package prefix
 
 import (
-	"encoding/binary"
+	"bytes"
 	"errors"
 	"fmt"
-	"math/bits"
 	"slices"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -227,7 +226,7 @@ func (pr *Prompt) render(body []byte, field func(key []byte, start, end int) err
 	if !s.eat('}') {
 		for {
 			s.ws()
-			ks, ke, _, ok := s.str()
+			ks, ke, ok := s.str()
 			if !ok {
 				return s.i, s.fail()
 			}
@@ -522,11 +521,9 @@ func (pr *Prompt) messages(i int) error {
 	}
 }
 
-// str is a string value found by the scanner: its raw content and whether
-// it has escapes.
+// str is a string value found by the scanner: its raw content.
 type str struct {
 	start, end int
-	esc        bool
 	ok         bool
 }
 
@@ -536,8 +533,8 @@ func (pr *Prompt) value(depth int) (str, span, bool) {
 	s := &pr.s
 	v0 := s.i
 	if v0 < len(s.b) && s.b[v0] == '"' {
-		a, e, esc, ok := s.str()
-		return str{a, e, esc, ok}, span{v0, s.i}, ok
+		a, e, ok := s.str()
+		return str{a, e, ok}, span{v0, s.i}, ok
 	}
 	ok := s.skip(depth)
 	return str{}, span{v0, s.i}, ok
@@ -572,7 +569,7 @@ func (pr *Prompt) message() error {
 	if !s.eat('}') {
 		for {
 			s.ws()
-			ks, ke, _, ok := s.str()
+			ks, ke, ok := s.str()
 			if !ok {
 				return s.fail()
 			}
@@ -595,7 +592,7 @@ func (pr *Prompt) message() error {
 					if !pr.stringAt(v0) {
 						return s.fail()
 					}
-					content = str{start: v0 + 1, end: s.i - 1, esc: true, ok: true}
+					content = str{start: v0 + 1, end: s.i - 1, ok: true}
 				} else if err := pr.parts(v0); err != nil {
 					return err
 				}
@@ -697,10 +694,6 @@ func (pr *Prompt) writeStr(v str) bool {
 	if !v.ok {
 		return true
 	}
-	if !v.esc {
-		pr.text = append(pr.text, pr.s.b[v.start:v.end]...)
-		return true
-	}
 	var ok bool
 	pr.text, _, ok = appendString(pr.text, pr.s.b, v.start-1)
 	return ok
@@ -758,7 +751,7 @@ func (pr *Prompt) part() error {
 	if !s.eat('}') {
 		for {
 			s.ws()
-			ks, ke, _, ok := s.str()
+			ks, ke, ok := s.str()
 			if !ok {
 				return s.fail()
 			}
@@ -815,53 +808,37 @@ func (pr *Prompt) stringAt(i int) bool {
 	return true
 }
 
-// SWAR constants: a byte of ones and a byte of high bits in every lane.
-const (
-	lanesLo = 0x0101010101010101
-	lanesHi = 0x8080808080808080
-)
-
-// special returns a word whose lowest set high bit marks the lowest byte of
-// w that is '"' or '\\' (zero when there is none), with the "has zero
-// byte" bit trick (Sean Eron Anderson, "Bit Twiddling Hacks", determining
-// if a word has a byte equal to n): only the lowest flagged byte is exact.
-func special(w uint64) uint64 {
-	q := w ^ (lanesLo * '"')
-	e := w ^ (lanesLo * '\\')
-	return (((q - lanesLo) &^ q) | ((e - lanesLo) &^ e)) & lanesHi
-}
-
 // appendString appends to dst the decoded content of the JSON string whose
 // opening quote is at b[i], and returns dst, the offset after the closing
 // quote and true; or false for an unterminated string or a bad escape. It
-// reads the string once, eight bytes at a time: every word is stored whole
-// and the output advanced to the first quote or backslash in it, if any.
-// Escapes decode as encoding/json does, except that a lone surrogate (or a
-// high surrogate followed by a non-surrogate \u escape) becomes U+FFFD and
-// the escape after it is read on its own; raw control characters pass.
+// reads the string once: the next quote and the next backslash are found
+// with bytes.IndexByte (vectorised in the standard library) and remembered
+// until passed, and the runs between escapes are copied whole, so a string
+// without escapes costs two searches and one copy. Escapes decode as
+// encoding/json decodes them (unescapeU); raw control characters pass.
 func appendString(dst, b []byte, i int) ([]byte, int, bool) {
 	// The decoded string is never longer than its raw form, so room for
-	// the rest of b plus one word lets every store go unchecked for room.
-	rest := len(b) - i
-	dst = slices.Grow(dst, rest+8)
+	// the rest of b keeps every write in place.
+	dst = slices.Grow(dst, len(b)-i)
 	n := len(dst)
 	out := dst[:cap(dst)]
 	j := i + 1
-	for j+8 <= len(b) {
-		w := binary.LittleEndian.Uint64(b[j:])
-		binary.LittleEndian.PutUint64(out[n:], w)
-		t := special(w)
-		if t == 0 {
-			j += 8
-			n += 8
-			continue
+	nq, nb := -1, -1 // next quote and backslash at or after j, len(b) if none; stale when < j
+	for {
+		if nq < j {
+			if nq = indexFrom(b, j, '"'); nq == len(b) {
+				return dst, i, false
+			}
 		}
-		k := bits.TrailingZeros64(t) >> 3
-		j += k
-		n += k
-		if b[j] == '"' {
-			return out[:n], j + 1, true
+		if nb < j {
+			nb = indexFrom(b, j, '\\')
 		}
+		if nq < nb {
+			n += copy(out[n:], b[j:nq])
+			return out[:n], nq + 1, true
+		}
+		n += copy(out[n:], b[j:nb])
+		j = nb
 		if j+1 < len(b) {
 			if d := unescaped[b[j+1]]; d != 0 {
 				out[n] = d
@@ -875,28 +852,14 @@ func appendString(dst, b []byte, i int) ([]byte, int, bool) {
 			return dst, i, false
 		}
 	}
-	for j < len(b) {
-		c := b[j]
-		switch {
-		case c == '"':
-			return out[:n], j + 1, true
-		case c != '\\':
-			out[n] = c
-			n++
-			j++
-			continue
-		case j+1 < len(b) && unescaped[b[j+1]] != 0:
-			out[n] = unescaped[b[j+1]]
-			n++
-			j += 2
-			continue
-		}
-		var ok bool
-		if n, j, ok = unescapeU(out, n, b, j); !ok {
-			return dst, i, false
-		}
+}
+
+// indexFrom returns the index of the first c in b at or after j, or len(b).
+func indexFrom(b []byte, j int, c byte) int {
+	if k := bytes.IndexByte(b[j:], c); k >= 0 {
+		return j + k
 	}
-	return dst, i, false
+	return len(b)
 }
 
 // unescaped maps the character after a backslash to the byte its two-byte
@@ -985,41 +948,30 @@ func (s *scan) eat(c byte) bool {
 }
 
 // str reads the string at s.i (which must be a quote) and returns the
-// bounds of its raw content and whether it contains escapes.
-func (s *scan) str() (start, end int, esc, ok bool) {
+// bounds of its raw content. It jumps from quote to quote with
+// bytes.IndexByte; a quote ends the string unless an odd number of
+// backslashes precedes it.
+func (s *scan) str() (start, end int, ok bool) {
 	if s.i >= len(s.b) || s.b[s.i] != '"' {
-		return 0, 0, false, false
+		return 0, 0, false
 	}
 	start = s.i + 1
-	i := start
-	for {
-		j := nextSpecial(s.b, i)
-		if j < 0 {
-			return 0, 0, false, false
+	for i := start; ; {
+		k := bytes.IndexByte(s.b[i:], '"')
+		if k < 0 {
+			return 0, 0, false
 		}
-		if s.b[j] == '"' {
-			s.i = j + 1
-			return start, j, esc, true
+		q := i + k
+		p := q - 1
+		for p >= start && s.b[p] == '\\' {
+			p--
 		}
-		esc = true
-		i = j + 2 // skip the escaped character
+		if (q-1-p)%2 == 0 {
+			s.i = q + 1
+			return start, q, true
+		}
+		i = q + 1
 	}
-}
-
-// nextSpecial returns the index of the first '"' or '\\' in b at or after
-// i, or -1, eight bytes per step (special).
-func nextSpecial(b []byte, i int) int {
-	for ; i+8 <= len(b); i += 8 {
-		if t := special(binary.LittleEndian.Uint64(b[i:])); t != 0 {
-			return i + bits.TrailingZeros64(t)/8
-		}
-	}
-	for ; i < len(b); i++ {
-		if c := b[i]; c == '"' || c == '\\' {
-			return i
-		}
-	}
-	return -1
 }
 
 // skip advances past the value at s.i, checking its structure.
@@ -1029,7 +981,7 @@ func (s *scan) skip(depth int) bool {
 	}
 	switch c := s.b[s.i]; c {
 	case '"':
-		_, _, _, ok := s.str()
+		_, _, ok := s.str()
 		return ok
 	case '{', '[':
 		closer := byte('}')
@@ -1044,7 +996,7 @@ func (s *scan) skip(depth int) bool {
 		for {
 			s.ws()
 			if c == '{' {
-				if _, _, _, ok := s.str(); !ok {
+				if _, _, ok := s.str(); !ok {
 					return false
 				}
 				s.ws()
