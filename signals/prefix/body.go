@@ -823,7 +823,9 @@ func appendString(dst, b []byte, i int) ([]byte, int, bool) {
 	n := len(dst)
 	out := dst[:cap(dst)]
 	j := i + 1
-	nq, nb := -1, -1 // next quote and backslash at or after j, len(b) if none; stale when < j
+	// The next quote at or after j, and the next backslash at or after j
+	// and before that quote (the quote itself if none); stale when < j.
+	nq, nb := -1, -1
 	for {
 		if nq < j {
 			if nq = indexFrom(b, j, '"'); nq == len(b) {
@@ -831,9 +833,9 @@ func appendString(dst, b []byte, i int) ([]byte, int, bool) {
 			}
 		}
 		if nb < j {
-			nb = indexFrom(b, j, '\\')
+			nb = indexFrom(b[:nq], j, '\\')
 		}
-		if nq < nb {
+		if nb == nq { // no backslash before the quote: it ends the string
 			n += copy(out[n:], b[j:nq])
 			return out[:n], nq + 1, true
 		}
