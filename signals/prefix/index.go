@@ -233,8 +233,9 @@ type IndexStats struct {
 // endpointBytes estimates the memory of one endpoint's bookkeeping apart
 // from its LRU table's slots: its epState (96 bytes), its entry in the Go map
 // from endpoint to state (two pointers and a control byte at the average
-// load of a Go map, about 40 bytes) and its bySlot pointer.
-const endpointBytes = 96 + 40 + 8
+// load of a Go map, about 40 bytes), its bySlot pointer and its version
+// stamp; its bit in the live bitset is left out.
+const endpointBytes = 96 + 40 + 8 + 8
 
 // Stats returns the index's current size. It takes the read lock and costs
 // O(endpoints).
