@@ -867,10 +867,10 @@ func (ix *Index) Match(req *signals.Request, eps []*signals.Endpoint, out []floa
 // Cost: recognising the candidate list of the previous Fill, one memory
 // comparison of the two pointer arrays (else, or when the index's
 // endpoints changed since Lookup, the read lock and a map lookup per
-// candidate); one pass that writes every element of out with
-// the fraction most candidates share (0, or the largest group's); then one
-// store per candidate outside that group. It reads no per-endpoint memory
-// and does not allocate once warm.
+// candidate); one pass that writes every element of out with the fraction
+// most candidates share (0, or the largest group's); then one store per
+// candidate outside that group. It reads no per-endpoint memory and does
+// not allocate once warm.
 func (m *Matches) Fill(eps []*signals.Endpoint, out []float64) {
 	out = out[:len(eps)]
 	if len(m.fracs) == 0 || len(eps) == 0 {
