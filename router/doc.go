@@ -11,8 +11,11 @@
 // takes the model, stream flags, output limit and session keys from the
 // body and the priority, session and SLO headers. Prepare then renders and
 // hashes the prompt (signals/prefix) for the prefix index and estimates its
-// tokens. Both are usable on their own, for example in an Envoy ext_proc
-// server.
+// tokens. ParseRequestPrompt renders the prompt during the parse instead
+// (prefix.Prompt), so that Prepare only hashes it once the route names the
+// model and adapter: the body is read once, which is what the Proxy and the
+// Middleware do. All are usable on their own, for example in an Envoy
+// ext_proc server.
 //
 // # Routing table
 //
