@@ -198,6 +198,7 @@ type compiled struct {
 	scorers     []scorer.Weighted
 	names       []string // scorer names, aligned with scorers
 	normalized  []bool   // whether each scorer implements scorer.Normalized
+	weights     []float64
 	strategy    string
 	temperature float64
 	tieBand     float64 // absolute, in total-score units
@@ -274,6 +275,7 @@ func compile(c Config, reg *scorer.Registry, env scorer.Env) (*compiled, error) 
 		out.scorers = append(out.scorers, scorer.Weighted{Name: p.Name, Weight: p.Weight, Scorer: s})
 		_, normalized := s.(scorer.Normalized)
 		out.normalized = append(out.normalized, normalized)
+		out.weights = append(out.weights, p.Weight)
 		out.names = append(out.names, p.Name)
 		out.tieBand += p.Weight
 	}

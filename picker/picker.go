@@ -253,7 +253,9 @@ func (p *Picker) Pick(ctx context.Context, req *signals.Request) (Result, error)
 	if p.opts.matcher != nil && len(req.PromptBlocks) > 0 {
 		p.opts.matcher.Match(req, in.Endpoints, in.Cached)
 		for i, v := range in.Cached {
-			in.Cached[i] = scorer.Clamp01(v)
+			if !(v >= 0 && v <= 1) { // also NaN
+				in.Cached[i] = scorer.Clamp01(v)
+			}
 		}
 	} else {
 		clear(in.Cached)
@@ -267,8 +269,6 @@ func (p *Picker) Pick(ctx context.Context, req *signals.Request) (Result, error)
 		}
 	}
 
-	total := rec.total[:n]
-	clear(total)
 	for s, w := range cfg.scorers {
 		row := rec.scores[s*n : (s+1)*n]
 		raw := rec.raw[s*n : (s+1)*n]
@@ -276,20 +276,17 @@ func (p *Picker) Pick(ctx context.Context, req *signals.Request) (Result, error)
 		if cfg.normalized[s] {
 			// The scorer writes every raw entry and scores in [0, 1].
 			w.Scorer.Score(ctx, in, row)
-			for i, v := range row {
-				total[i] += w.Weight * v
-			}
 			continue
 		}
 		copy(raw, rec.nans[:n])
 		w.Scorer.Score(ctx, in, row)
 		for i, v := range row {
-			v = scorer.Clamp01(v)
-			row[i] = v
-			total[i] += w.Weight * v
+			row[i] = scorer.Clamp01(v)
 		}
 	}
 	in.Raw = nil
+	total := rec.total[:n]
+	weightedSum(total, rec.scores[:len(cfg.scorers)*n], cfg.weights)
 	rec.n = n
 
 	rec.rng.Seed(p.opts.seed, p.seq.Add(1))
@@ -353,6 +350,30 @@ func (p *Picker) annotate(span trace.Span, rec *record, best int) {
 	)
 	for s, w := range rec.cfg.scorers {
 		span.SetAttributes(attribute.Float64("inferroute.score."+w.Name, w.Weight*rec.scores[s*n+best]))
+	}
+}
+
+// weightedSum sets total[i] to Σ_s weights[s] × scores[s·n+i], where n is
+// len(total), adding in scorer order. One pass over the candidates: each
+// total is stored once, not once per scorer.
+func weightedSum(total, scores, weights []float64) {
+	n := len(total)
+	switch len(weights) {
+	case 0:
+		clear(total)
+		return
+	case 1:
+		for i, v := range scores[:n] {
+			total[i] = 0 + weights[0]*v
+		}
+		return
+	}
+	for i := range total {
+		t := 0.0
+		for s, w := range weights {
+			t += w * scores[s*n+i]
+		}
+		total[i] = t
 	}
 }
 
