@@ -169,9 +169,7 @@ func parseRequest(path string, header http.Header, body []byte, opts ParseOption
 	if err := p.headers(header, opts); err != nil {
 		return p, err
 	}
-	s := scanner{b: body}
-	s.ws()
-	if s.i >= len(body) || body[s.i] != '{' {
+	if i := skipBlanks(body, 0); i >= len(body) || body[i] != '{' {
 		return p, nil
 	}
 	p.JSON = true
@@ -218,31 +216,21 @@ func parseRequest(path string, header http.Header, body []byte, opts ParseOption
 		}
 		return nil
 	}
+	var end int
+	var err error
 	if pr != nil {
-		end, err := pr.Read(body, field)
-		if _, isField := err.(*fieldError); isField { // returned by Read unchanged
-			return p, err
-		}
-		if err != nil {
-			return p, fmt.Errorf("%w: %w", ErrMalformed, err)
-		}
-		s.i = end
+		end, err = pr.Read(body, field)
 	} else {
-		var ferr error
-		err := s.objectFields(func(key []byte, v0, v1 int) bool {
-			ferr = field(key, v0, v1)
-			return ferr == nil
-		})
-		if ferr != nil {
-			return p, ferr
-		}
-		if err != nil {
-			return p, fmt.Errorf("%w: %w", ErrMalformed, err)
-		}
+		end, err = prefix.Fields(body, field)
 	}
-	s.ws()
-	if s.i != len(body) {
-		return p, fmt.Errorf("%w: %w at byte %d: data after the object", ErrMalformed, errSyntax, s.i)
+	if _, isField := err.(*fieldError); isField { // returned unchanged
+		return p, err
+	}
+	if err != nil {
+		return p, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	if end = skipBlanks(body, end); end != len(body) {
+		return p, fmt.Errorf("%w: %w at byte %d: data after the object", ErrMalformed, errSyntax, end)
 	}
 	if p.SessionKey == "" {
 		p.SessionKey = firstNonEmpty(cacheKey, user, safety)

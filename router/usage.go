@@ -1,6 +1,9 @@
 package router
 
-import "github.com/inferroute/inferroute/signals"
+import (
+	"github.com/inferroute/inferroute/signals"
+	"github.com/inferroute/inferroute/signals/prefix"
+)
 
 // usage is the token usage of a response.
 type usage struct {
@@ -27,8 +30,7 @@ func parseUsage(obj []byte) (usage, bool) {
 		return u, false
 	}
 	v := obj[v0:v1]
-	s := scanner{b: v}
-	err := s.objectFields(func(k []byte, a, b int) bool {
+	_, err := prefix.Fields(v, func(k []byte, a, b int) error {
 		switch string(k) {
 		case "prompt_tokens", "input_tokens":
 			u.prompt, _ = intValue(v[a:b])
@@ -40,7 +42,7 @@ func parseUsage(obj []byte) (usage, bool) {
 				u.cached, _ = intValue(d[c0:c1])
 			}
 		}
-		return true
+		return nil
 	})
 	return u, err == nil
 }

@@ -204,6 +204,58 @@ func (pr *Prompt) Read(body []byte, field func(key []byte, start, end int) error
 	return end, nil
 }
 
+// Fields calls field with the raw bytes of every top-level key of the JSON
+// object body (escapes not decoded) and the span [start, end) of its value,
+// in body order, reading the object with the scanner of Read but rendering
+// nothing: for a router that reads other fields of a body whose prompt it
+// does not hash, or fields of a response. Values are checked for structure
+// (strings terminated, brackets balanced, literals and numbers spelled),
+// not decoded; nesting is limited to 256 levels. field must not retain key.
+// An error from field stops Fields, which returns it unchanged.
+//
+// Fields returns the offset just after the object's closing brace, or an
+// error wrapping ErrBadBody, with the byte offset, when body (after blanks)
+// is not a JSON object or is malformed up to that point. It does not retain
+// body and is safe for concurrent use.
+func Fields(body []byte, field func(key []byte, start, end int) error) (end int, err error) {
+	s := scan{b: body}
+	s.ws()
+	if !s.eat('{') {
+		return s.i, s.fail()
+	}
+	s.ws()
+	if s.eat('}') {
+		return s.i, nil
+	}
+	for {
+		s.ws()
+		ks, ke, ok := s.str()
+		if !ok {
+			return s.i, s.fail()
+		}
+		s.ws()
+		if !s.eat(':') {
+			return s.i, s.fail()
+		}
+		s.ws()
+		v0 := s.i
+		if !s.skip(0) {
+			return s.i, s.fail()
+		}
+		if err := field(body[ks:ke], v0, s.i); err != nil {
+			return s.i, err
+		}
+		s.ws()
+		if s.eat(',') {
+			continue
+		}
+		if s.eat('}') {
+			return s.i, nil
+		}
+		return s.i, s.fail()
+	}
+}
+
 // span is a byte range [start, end) of the body.
 type span struct{ start, end int }
 
@@ -1023,7 +1075,12 @@ func (s *scan) skip(depth int) bool {
 	case 'n':
 		return s.lit("null")
 	default:
-		j := s.i
+		// A number starts with a minus or a digit; the rest of its
+		// characters are taken, not checked in order.
+		if c != '-' && (c < '0' || c > '9') {
+			return false
+		}
+		j := s.i + 1
 		for j < len(s.b) {
 			switch s.b[j] {
 			case '-', '+', '.', 'e', 'E', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
@@ -1031,9 +1088,6 @@ func (s *scan) skip(depth int) bool {
 				continue
 			}
 			break
-		}
-		if j == s.i {
-			return false
 		}
 		s.i = j
 		return true
