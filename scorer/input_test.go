@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/inferroute/inferroute/scorer"
 	"github.com/inferroute/inferroute/signals"
@@ -51,4 +52,74 @@ func TestInputLoadMemo(t *testing.T) {
 	in.Reset(nil, []*signals.Endpoint{a, b, c}, now)
 	assert.EqualValues(t, 2, in.Load(0, hl).InFlight)
 	assert.EqualValues(t, 1, in.Load(2, hl).InFlight)
+}
+
+// TestInputLoadsFollowKeep checks Loads against each endpoint's own
+// reading through a pick: a first Loads, a filter that drops and compacts
+// with Keep, load changes that must not show within the pick, a Load of
+// one candidate between, and a new pick that must show them.
+func TestInputLoadsFollowKeep(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	hl := 2 * time.Second
+	eps := make([]*signals.Endpoint, 9)
+	for i := range eps {
+		eps[i] = signals.NewEndpoint(signals.EndpointSpec{Name: string(rune('a' + i))})
+		eps[i].SetMetrics(&signals.Metrics{ScrapedAt: now.Add(-time.Duration(i) * time.Second), Baseline: eps[i].Counters(),
+			Waiting: signals.Known(float64(i)), KVCacheUtilization: signals.Known(float64(i) / 10), BlockSize: 16, NumBlocks: 100})
+		eps[i].SetThroughput(float64(1000 * (i % 3)))
+		for j := 0; j < i; j++ {
+			eps[i].Dispatch(100 * j)
+			eps[i].StartPrefill(100 * j)
+		}
+	}
+	want := func(ep *signals.Endpoint) signals.Load { return ep.LoadAt(now, hl) }
+	before := make(map[*signals.Endpoint]signals.Load)
+	for _, ep := range eps {
+		before[ep] = want(ep)
+	}
+	check := func(in *scorer.Input, expect map[*signals.Endpoint]signals.Load, msg string) {
+		t.Helper()
+		loads := in.Loads(hl)
+		if assert.Len(t, loads, len(in.Endpoints), msg) {
+			for i, ep := range in.Endpoints {
+				assert.Equal(t, expect[ep], loads[i], "%s: candidate %d (%s)", msg, i, ep.Name)
+				assert.Equal(t, expect[ep], *in.Load(i, hl), "%s: Load(%d)", msg, i)
+			}
+		}
+	}
+
+	var in scorer.Input
+	in.Reset(nil, append([]*signals.Endpoint(nil), eps...), now)
+	check(&in, before, "first reading")
+	for _, ep := range eps {
+		ep.Dispatch(5000) // not seen until the next pick
+	}
+	// A filter keeps the odd candidates, compacted to the front.
+	n := 0
+	for i, ep := range in.Endpoints {
+		if i%2 == 1 {
+			in.Endpoints[n] = ep
+			n++
+		}
+	}
+	in.Keep(in.Endpoints[:n])
+	check(&in, before, "after Keep")
+	// A filter that reverses the candidates in place, which Keep cannot
+	// follow: they are read again, with the new loads.
+	for i, j := 0, len(in.Endpoints)-1; i < j; i, j = i+1, j-1 {
+		in.Endpoints[i], in.Endpoints[j] = in.Endpoints[j], in.Endpoints[i]
+	}
+	in.Keep(in.Endpoints)
+	after := make(map[*signals.Endpoint]signals.Load)
+	for _, ep := range eps {
+		after[ep] = want(ep)
+	}
+	require.Len(t, in.Endpoints, 4) // an even count: every candidate moved
+	loads := in.Loads(hl)
+	for i, ep := range in.Endpoints {
+		assert.Equal(t, after[ep], loads[i], "moved candidate %s read again", ep.Name)
+	}
+
+	in.Reset(nil, append([]*signals.Endpoint(nil), eps...), now)
+	check(&in, after, "next pick")
 }
