@@ -29,7 +29,7 @@ func (b Breakdown) Len() int {
 }
 
 // Endpoint returns candidate i.
-func (b Breakdown) Endpoint(i int) *signals.Endpoint { return b.rec.in.Endpoints[i] }
+func (b Breakdown) Endpoint(i int) *signals.Endpoint { return b.rec.eps[i] }
 
 // Scorers returns the scorer names, in configuration order. The slice must
 // not be modified.
@@ -64,7 +64,7 @@ func (b Breakdown) Chosen() int {
 	if !b.live() {
 		return -1
 	}
-	for i, ep := range b.rec.in.Endpoints[:b.rec.n] {
+	for i, ep := range b.rec.eps[:b.rec.n] {
 		if ep == b.rec.ep {
 			return i
 		}

@@ -81,6 +81,11 @@ type Picker struct {
 	rotor atomic.Uint64 // round-robin position for banded ties
 
 	records sync.Pool
+	// inputs holds the filters' and scorers' working memory (the memo of
+	// candidate loads), apart from the records: it is needed only while a
+	// pick runs, so a few stay warm in cache however many picks await
+	// their Done.
+	inputs sync.Pool
 }
 
 // New returns a Picker with configuration cfg and no endpoints. It fails
@@ -230,8 +235,12 @@ func (p *Picker) Pick(ctx context.Context, req *signals.Request) (Result, error)
 	rec.cfg = cfg
 	rec.req = req
 	rec.cands = append(rec.cands[:0], eps...)
-	in := &rec.in
+	in, _ := p.inputs.Get().(*scorer.Input)
+	if in == nil {
+		in = new(scorer.Input)
+	}
 	in.Reset(req, rec.cands, now)
+	rec.in = in
 
 	for _, f := range cfg.filters {
 		kept := f.filter.Filter(ctx, in)
@@ -293,9 +302,11 @@ func (p *Picker) Pick(ctx context.Context, req *signals.Request) (Result, error)
 	best := choose(cfg, total, rec.rand, &p.rotor)
 	rec.ep = in.Endpoints[best]
 	rec.fallbacks = rankFallbacks(rec.fallbacks[:0], in.Endpoints, total, best, cfg.fallbacks)
+	rec.eps = in.Endpoints
+	p.releaseInput(rec)
 
 	ep := rec.ep
-	rec.tokens = int(float64(req.PromptTokens) * (1 - in.Cached[best]))
+	rec.tokens = int(float64(req.PromptTokens) * (1 - rec.cached[best]))
 	ep.Dispatch(rec.tokens)
 	ep.StartPrefill(rec.tokens)
 	ep.NoteDispatch(now)
@@ -335,9 +346,19 @@ func (p *Picker) fail(ctx context.Context, now time.Time, e *Error) (Result, err
 
 // release returns a record that was not handed out.
 func (p *Picker) release(rec *record) {
-	rec.req, rec.cfg, rec.ep = nil, nil, nil
-	rec.in.Reset(nil, nil, time.Time{})
+	p.releaseInput(rec)
+	rec.req, rec.cfg, rec.ep, rec.eps = nil, nil, nil, nil
 	p.records.Put(rec)
+}
+
+// releaseInput returns the pick's Input to its pool, holding nothing of
+// the pick.
+func (p *Picker) releaseInput(rec *record) {
+	if in := rec.in; in != nil {
+		in.Reset(nil, nil, time.Time{})
+		rec.in = nil
+		p.inputs.Put(in)
+	}
 }
 
 func (p *Picker) annotate(span trace.Span, rec *record, best int) {
@@ -395,8 +416,9 @@ type record struct {
 	tokens int
 	n      int
 
-	in        scorer.Input
-	cands     []*signals.Endpoint
+	in        *scorer.Input       // while the pick runs
+	cands     []*signals.Endpoint // the pool, then the candidates filtered in place
+	eps       []*signals.Endpoint // the candidates scored: a prefix of cands
 	cached    []float64
 	scores    []float64 // scorer-major: scores[s*n+i]
 	raw       []float64 // aligned with scores
