@@ -7,7 +7,10 @@
 // # Blocks
 //
 // A prompt is rendered stably (HashBody reads OpenAI chat, completions,
-// responses and embeddings bodies with a single scan) and cut into
+// responses and embeddings bodies with a single scan; a Prompt holds the
+// rendered text, so that a body can be read before its route is known and
+// hashed after, and Fields walks a body's top-level fields with the same
+// scanner for the router) and cut into
 // fixed-size blocks: 64 bytes of text, about 16 tokens, or 16 token ids when
 // the body carries ids. Each block's hash covers every block before it and
 // is seeded with the model, the LoRA adapter and an optional salt, the
