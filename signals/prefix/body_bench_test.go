@@ -33,18 +33,30 @@ func BenchmarkHashBodyVsLegacy(b *testing.B) {
 	}
 }
 
-// BenchmarkPromptRead measures Prompt.Read alone: rendering without
-// hashing.
+// BenchmarkPromptRead measures Prompt.Read alone, rendering without
+// hashing, on two kinds of body: "chat" (chatBody, the hashing benchmarks'
+// body) and "router" (routerChatBody, the router benchmarks' body, with an
+// escape every 31 bytes).
 func BenchmarkPromptRead(b *testing.B) {
 	h := NewHasher(HashConfig{MaxBlocks: 1 << 20})
+	type namedBody struct {
+		name string
+		body []byte
+	}
+	var bodies []namedBody
 	for _, n := range benchSizes {
-		body := chatBody(n)
+		bodies = append(bodies, namedBody{fmt.Sprintf("chat/%dKB", n>>10), chatBody(n)})
+	}
+	for _, n := range []int{1 << 10, 32 << 10, 220 << 10} {
+		bodies = append(bodies, namedBody{fmt.Sprintf("router/%dKB", n>>10), routerChatBody(n)})
+	}
+	for _, c := range bodies {
 		pr := h.NewPrompt()
-		b.Run(fmt.Sprintf("%dKB", n>>10), func(b *testing.B) {
-			b.SetBytes(int64(len(body)))
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := pr.Read(body, nil); err != nil {
+				if _, err := pr.Read(c.body, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -62,21 +74,4 @@ func routerChatBody(size int) []byte {
 	}
 	text := strings.TrimRight(sb.String()[:max(size-200, 0)], `\`)
 	return fmt.Appendf(nil, `{"model":"meta-llama/Llama-3.1-8B-Instruct","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"%s"}],"stream":true,"stream_options":{"include_usage":true},"max_tokens":256,"temperature":0.7,"user":"u-42"}`, text)
-}
-
-func BenchmarkPromptReadRouterBody(b *testing.B) {
-	h := NewHasher(HashConfig{MaxBlocks: 1 << 20})
-	for _, n := range []int{1 << 10, 32 << 10, 220 << 10} {
-		body := routerChatBody(n)
-		pr := h.NewPrompt()
-		b.Run(fmt.Sprintf("%dKB", n>>10), func(b *testing.B) {
-			b.SetBytes(int64(len(body)))
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := pr.Read(body, nil); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
 }
