@@ -1,6 +1,7 @@
 package scorer_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -122,4 +123,35 @@ func TestInputLoadsFollowKeep(t *testing.T) {
 
 	in.Reset(nil, append([]*signals.Endpoint(nil), eps...), now)
 	check(&in, after, "next pick")
+}
+
+// TestInputGrows reuses one Input over pools that grow one endpoint at a
+// time and then jump, as a picker's pooled Input does when endpoints are
+// added: the memo's slices have different element sizes, so append gives
+// them different capacities, and each must grow on its own.
+func TestInputGrows(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	var eps []*signals.Endpoint
+	var in scorer.Input
+	sizes := []int{}
+	for n := 1; n <= 80; n++ {
+		sizes = append(sizes, n)
+	}
+	sizes = append(sizes, 3, 200, 7, 513, 1000, 1)
+	for _, n := range sizes {
+		for len(eps) < n {
+			ep := signals.NewEndpoint(signals.EndpointSpec{Name: fmt.Sprint(len(eps))})
+			for j := 0; j < len(eps)%5; j++ {
+				ep.Dispatch(j)
+			}
+			eps = append(eps, ep)
+		}
+		in.Reset(nil, eps[:n], now)
+		loads := in.Loads(time.Second)
+		require.Len(t, loads, n)
+		for i, ep := range eps[:n] {
+			require.Equal(t, ep.InFlight(), loads[i].InFlight, "n=%d i=%d", n, i)
+		}
+		require.Equal(t, eps[n-1].InFlight(), in.Load(n-1, 0).InFlight, "n=%d", n)
+	}
 }

@@ -91,10 +91,7 @@ func (c *columns) move(j, k int) {
 // grow makes every column n long.
 func (c *columns) grow(n int) {
 	for _, col := range []*[]float64{&c.waiting, &c.requests, &c.kv, &c.prefillTokens, &c.throughput, &c.invThroughput, &c.recent} {
-		if n > cap(*col) {
-			*col = append((*col)[:cap(*col)], make([]float64, n-cap(*col))...)
-		}
-		*col = (*col)[:n]
+		*col = extend(*col, n)
 	}
 }
 
@@ -123,12 +120,20 @@ func (in *Input) grow(n int) {
 	if n <= len(in.loads) {
 		return
 	}
-	if n > cap(in.loads) {
-		in.loads = append(in.loads[:cap(in.loads)], make([]signals.Load, n-cap(in.loads))...)
-		in.keys = append(in.keys[:cap(in.keys)], make([]loadKey, n-cap(in.keys))...)
-	}
-	in.loads, in.keys = in.loads[:n], in.keys[:n]
+	// Each slice grows on its own: append rounds capacities up to size
+	// classes, which differ with the element size.
+	in.loads = extend(in.loads, n)
+	in.keys = extend(in.keys, n)
 	in.cols.grow(n)
+}
+
+// extend returns s with length n (n ≥ len(s)), keeping its elements and
+// reusing its array when it is large enough.
+func extend[E any](s []E, n int) []E {
+	if n > cap(s) {
+		s = append(s[:cap(s)], make([]E, n-cap(s))...)
+	}
+	return s[:n]
 }
 
 // read reads ep's load at at into memo entry i.
