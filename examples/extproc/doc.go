@@ -5,9 +5,10 @@
 // (gateway-api-inference-extension docs/proposals/004-endpoint-picker-protocol).
 //
 // Per HTTP request, Envoy streams the request headers and body to the
-// Server. It parses the body with router.ParseRequest, routes the model to a
-// pool with a router.Table, prepares the request (prompt hashing, token
-// estimate) with router.Prepare, and lets the pool's picker choose. The
+// Server. It parses the body and renders its prompt in one pass with
+// router.ParseRequestPrompt, routes the model to a pool with a
+// router.Table, prepares the request (prompt hashing, token estimate) with
+// router.Prepare, and lets the pool's picker choose. The
 // answer names the endpoints, primary first and fallbacks after,
 // comma-separated, in both the x-gateway-destination-endpoint request
 // header and the envoy.lb dynamic metadata; an ORIGINAL_DST cluster keyed

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -119,6 +120,9 @@ type Server struct {
 
 	opts   Options
 	health *health.Server
+	// prompts holds prefix.Prompts of opts.Hasher, so that a body's prompt
+	// is rendered while it is parsed (router.ParseRequestPrompt).
+	prompts sync.Pool
 }
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
@@ -401,7 +405,15 @@ func (st *stream) decide(haveBody bool) error {
 // to answer with.
 func (st *stream) pick(body []byte) (dest string, newBody []byte, apiErr *router.APIError) {
 	s := st.s
-	parsed, err := router.ParseRequest(st.path, st.header, body, s.opts.Parse)
+	pr, _ := s.prompts.Get().(*prefix.Prompt)
+	if pr == nil {
+		pr = s.opts.Hasher.NewPrompt()
+	}
+	defer func() { // after Prepare, the last reader of pr
+		pr.Reset()
+		s.prompts.Put(pr)
+	}()
+	parsed, err := router.ParseRequestPrompt(st.path, st.header, body, s.opts.Parse, pr)
 	if err != nil {
 		return "", nil, &router.APIError{Status: http.StatusBadRequest, Type: "invalid_request_error",
 			Code: "invalid_request", Message: err.Error()}
