@@ -379,16 +379,6 @@ func (p *Picker) annotate(span trace.Span, rec *record, best int) {
 // total is stored once, not once per scorer.
 func weightedSum(total, scores, weights []float64) {
 	n := len(total)
-	switch len(weights) {
-	case 0:
-		clear(total)
-		return
-	case 1:
-		for i, v := range scores[:n] {
-			total[i] = 0 + weights[0]*v
-		}
-		return
-	}
 	for i := range total {
 		t := 0.0
 		for s, w := range weights {

@@ -240,30 +240,20 @@ type ModelFilter struct{}
 // Filter implements Filter.
 func (ModelFilter) Filter(_ context.Context, in *Input) []*signals.Endpoint {
 	req := in.Request
-	n := 0
-	for _, ep := range in.Endpoints { // keep, written out: no call per candidate
-		if servesModel(ep, req) {
-			in.Endpoints[n] = ep
-			n++
+	return keep(in.Endpoints, func(ep *signals.Endpoint) bool {
+		if req.Model != "" && ep.Model != "" && ep.Model != req.Model {
+			return false
 		}
-	}
-	return in.Endpoints[:n]
-}
-
-// servesModel reports whether ep serves req's model and adapter.
-func servesModel(ep *signals.Endpoint, req *signals.Request) bool {
-	if req.Model != "" && ep.Model != "" && ep.Model != req.Model {
-		return false
-	}
-	if req.Adapter == "" || ep.Adapters == nil {
-		return true
-	}
-	for _, a := range ep.Adapters {
-		if a == req.Adapter {
+		if req.Adapter == "" || ep.Adapters == nil {
 			return true
 		}
-	}
-	return false
+		for _, a := range ep.Adapters {
+			if a == req.Adapter {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // HealthyFilter keeps endpoints marked healthy: not after consecutive
@@ -273,14 +263,7 @@ type HealthyFilter struct{}
 
 // Filter implements Filter.
 func (HealthyFilter) Filter(_ context.Context, in *Input) []*signals.Endpoint {
-	n := 0
-	for _, ep := range in.Endpoints { // keep, written out: no call per candidate
-		if ep.Healthy() {
-			in.Endpoints[n] = ep
-			n++
-		}
-	}
-	return in.Endpoints[:n]
+	return keep(in.Endpoints, (*signals.Endpoint).Healthy)
 }
 
 // SaturationFilter drops endpoints whose KV cache utilisation or queue depth

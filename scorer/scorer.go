@@ -40,7 +40,6 @@ type Input struct {
 	keys  []loadKey
 	cols  columns
 
-	fresh      bool // no entry has been read since Reset
 	aligned    uint64
 	alignedHL  time.Duration
 	alignedLen int
@@ -112,7 +111,6 @@ func (in *Input) Reset(req *signals.Request, eps []*signals.Endpoint, now time.T
 	in.Cached, in.Raw = nil, nil
 	in.pick++
 	in.aligned = 0
-	in.fresh = true
 }
 
 // grow makes the memo hold at least n entries.
@@ -138,7 +136,6 @@ func extend[E any](s []E, n int) []E {
 
 // read reads ep's load at at into memo entry i.
 func (in *Input) read(i int, ep *signals.Endpoint, at *signals.Instant) {
-	in.fresh = false
 	in.keys[i] = loadKey{ep: ep, pick: in.pick, halfLife: at.HalfLife()}
 	l := &in.loads[i]
 	ep.ReadLoadAt(l, at)
@@ -190,17 +187,10 @@ func (in *Input) Loads(halfLife time.Duration) []signals.Load {
 	}
 	in.grow(n)
 	at := signals.NewInstant(in.Now, halfLife)
-	if in.fresh {
-		// The first reading of the pick: nothing to check.
-		for i, ep := range in.Endpoints {
+	keys := in.keys[:n]
+	for i, ep := range in.Endpoints {
+		if k := &keys[i]; in.pick == 0 || k.ep != ep || k.pick != in.pick || k.halfLife != halfLife {
 			in.read(i, ep, &at)
-		}
-	} else {
-		keys := in.keys[:n]
-		for i, ep := range in.Endpoints {
-			if k := &keys[i]; in.pick == 0 || k.ep != ep || k.pick != in.pick || k.halfLife != halfLife {
-				in.read(i, ep, &at)
-			}
 		}
 	}
 	if in.pick != 0 {

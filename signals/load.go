@@ -60,7 +60,6 @@ func (l *Load) PrefillRate() float64 {
 // loads of many endpoints at that moment (Endpoint.ReadLoadAt): the
 // conversions ReadLoad would repeat for every endpoint are done once.
 type Instant struct {
-	now      time.Time
 	halfLife time.Duration
 	nanos    int64   // now.UnixNano()
 	ms       uint32  // now.UnixMilli(), wrapping
@@ -70,11 +69,8 @@ type Instant struct {
 // NewInstant returns the Instant of now with the given half-life; a
 // non-positive half-life means scraped values never age.
 func NewInstant(now time.Time, halfLife time.Duration) Instant {
-	return Instant{now: now, halfLife: halfLife, nanos: now.UnixNano(), ms: uint32(now.UnixMilli()), inv: invOrZero(float64(halfLife))}
+	return Instant{halfLife: halfLife, nanos: now.UnixNano(), ms: uint32(now.UnixMilli()), inv: invOrZero(float64(halfLife))}
 }
-
-// Time returns the instant's time.
-func (at *Instant) Time() time.Time { return at.now }
 
 // HalfLife returns the instant's staleness half-life.
 func (at *Instant) HalfLife() time.Duration { return at.halfLife }
