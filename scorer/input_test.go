@@ -2,6 +2,7 @@ package scorer_test
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/inferroute/inferroute/scorer"
 	"github.com/inferroute/inferroute/signals"
+	"github.com/inferroute/inferroute/signals/signalstest"
 )
 
 func TestInputLoadMemo(t *testing.T) {
@@ -153,5 +155,54 @@ func TestInputGrows(t *testing.T) {
 			require.Equal(t, ep.InFlight(), loads[i].InFlight, "n=%d i=%d", n, i)
 		}
 		require.Equal(t, eps[n-1].InFlight(), in.Load(n-1, 0).InFlight, "n=%d", n)
+	}
+}
+
+// TestInputLoadsAreEndpointReadings checks every field of every Load the
+// memo hands out against the endpoint's own reading (signals.Endpoint.
+// LoadAt), for a pool with and without scrapes, KV utilisation, measured
+// throughput, prefill work and recent dispatches: the memo stores a Load
+// in parts and must put it back together exactly. It also checks that a
+// candidate read again with another half-life (Load) does not leave Loads
+// serving that reading for the first half-life.
+func TestInputLoadsAreEndpointReadings(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	hl := 2 * time.Second
+	pool := []*signals.Endpoint{
+		signalstest.Endpoint("scraped", signalstest.Load{Running: 3, Waiting: 7, KV: 0.4, ScrapedAt: now.Add(-700 * time.Millisecond)}),
+		signalstest.Endpoint("no-kv", signalstest.Load{Running: 1, Waiting: 0, KV: math.NaN(), ScrapedAt: now.Add(-3 * time.Second)}),
+		signals.NewEndpoint(signals.EndpointSpec{Name: "never-scraped"}),
+		signalstest.Endpoint("busy", signalstest.Load{Running: 9, Waiting: 30, KV: 0.97, ScrapedAt: now}),
+	}
+	for i, ep := range pool {
+		for j := 0; j <= i; j++ {
+			ep.Dispatch(100 * (j + 1))
+			ep.StartPrefill(100 * (j + 1))
+			ep.NoteDispatch(now.Add(-time.Duration(j) * 10 * time.Millisecond))
+		}
+		if i%2 == 0 {
+			ep.SetThroughput(float64(1000 * (i + 1)))
+		}
+	}
+	want := func(i int, h time.Duration) signals.Load { return pool[i].LoadAt(now, h) }
+
+	var in scorer.Input
+	in.Reset(nil, append([]*signals.Endpoint(nil), pool...), now)
+	loads := in.Loads(hl)
+	require.Len(t, loads, len(pool))
+	for i := range pool {
+		assert.Equal(t, want(i, hl), loads[i], pool[i].Name)
+		assert.Equal(t, want(i, hl), *in.Load(i, hl), pool[i].Name)
+	}
+	assert.Equal(t, want(2, 0), *in.Load(2, 0), "another half-life, another reading")
+	loads = in.Loads(hl)
+	for i := range pool {
+		assert.Equal(t, want(i, hl), loads[i], "%s after a reading with another half-life", pool[i].Name)
+	}
+
+	// A hand-built Input reads afresh and gathers the same.
+	hand := &scorer.Input{Endpoints: pool, Now: now}
+	for i, l := range hand.Loads(hl) {
+		assert.Equal(t, want(i, hl), l, pool[i].Name)
 	}
 }

@@ -140,6 +140,9 @@ func (in *Input) read(i int, ep *signals.Endpoint, at *signals.Instant) {
 	l := &in.loads[i]
 	ep.ReadLoadAt(l, at)
 	in.cols.set(i, l)
+	// An entry read again (for another half-life, say) breaks the
+	// alignment Loads relies on to skip its checks.
+	in.aligned = 0
 }
 
 // Load returns candidate in.Endpoints[i]'s load at in.Now corrected with
