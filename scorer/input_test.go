@@ -161,10 +161,11 @@ func TestInputGrows(t *testing.T) {
 // TestInputLoadsAreEndpointReadings checks every field of every Load the
 // memo hands out against the endpoint's own reading (signals.Endpoint.
 // LoadAt), for a pool with and without scrapes, KV utilisation, measured
-// throughput, prefill work and recent dispatches: the memo stores a Load
-// in parts and must put it back together exactly. It also checks that a
-// candidate read again with another half-life (Load) does not leave Loads
-// serving that reading for the first half-life.
+// throughput, prefill work and recent dispatches: the memo keeps each
+// Load and a column copy of some of its fields, and what it hands out must
+// be the endpoint's reading exactly. It also checks that a candidate read
+// again with another half-life (Load) does not leave Loads serving that
+// reading for the first half-life.
 func TestInputLoadsAreEndpointReadings(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	hl := 2 * time.Second
@@ -200,7 +201,7 @@ func TestInputLoadsAreEndpointReadings(t *testing.T) {
 		assert.Equal(t, want(i, hl), loads[i], "%s after a reading with another half-life", pool[i].Name)
 	}
 
-	// A hand-built Input reads afresh and gathers the same.
+	// A hand-built Input reads afresh and gives the same.
 	hand := &scorer.Input{Endpoints: pool, Now: now}
 	for i, l := range hand.Loads(hl) {
 		assert.Equal(t, want(i, hl), l, pool[i].Name)
