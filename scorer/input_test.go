@@ -207,3 +207,30 @@ func TestInputLoadsAreEndpointReadings(t *testing.T) {
 		assert.Equal(t, want(i, hl), l, pool[i].Name)
 	}
 }
+
+// TestInputLoadsKeepsEarlierReadings checks that Loads, which reads a
+// whole pool at once when nothing of the pick is memoised yet, still
+// serves a candidate that a filter already read with Load its earlier
+// reading, even after that candidate's counters moved.
+func TestInputLoadsKeepsEarlierReadings(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	hl := 2 * time.Second
+	a := signalstest.Endpoint("a", signalstest.Load{Running: 1, Waiting: 2, KV: 0.5, ScrapedAt: now})
+	b := signalstest.Endpoint("b", signalstest.Load{Running: 1, Waiting: 2, KV: 0.5, ScrapedAt: now})
+
+	var in scorer.Input
+	in.Reset(nil, []*signals.Endpoint{a, b}, now)
+	early := *in.Load(1, hl)
+	b.Dispatch(500)
+	a.Dispatch(500)
+	loads := in.Loads(hl)
+	assert.Equal(t, early, loads[1], "b's reading from before its dispatch")
+	assert.Equal(t, a.LoadAt(now, hl), loads[0], "a read when Loads first asked")
+
+	// The next pick reads both afresh.
+	in.Reset(nil, []*signals.Endpoint{a, b}, now)
+	loads = in.Loads(hl)
+	assert.Equal(t, a.LoadAt(now, hl), loads[0])
+	assert.Equal(t, b.LoadAt(now, hl), loads[1])
+	assert.EqualValues(t, 1, loads[1].InFlight)
+}

@@ -44,6 +44,9 @@ type Input struct {
 	alignedHL  time.Duration
 	alignedLen int
 	alignedAt  *signals.Endpoint
+	// readPick is the pick (0: none) in which some entry was read: until then
+	// Loads reads the whole pool in one signals.ReadLoadsAt.
+	readPick uint64
 }
 
 // loadKey says whose Load a memo entry holds, for which pick and half-life.
@@ -140,6 +143,7 @@ func (in *Input) read(i int, ep *signals.Endpoint, at *signals.Instant) {
 	l := &in.loads[i]
 	ep.ReadLoadAt(l, at)
 	in.cols.set(i, l)
+	in.readPick = in.pick
 	// An entry read again (for another half-life, say) breaks the
 	// alignment Loads relies on to skip its checks.
 	in.aligned = 0
@@ -191,6 +195,17 @@ func (in *Input) Loads(halfLife time.Duration) []signals.Load {
 	in.grow(n)
 	at := signals.NewInstant(in.Now, halfLife)
 	keys := in.keys[:n]
+	if in.pick != 0 && in.readPick != in.pick {
+		// Nothing of this pick is memoised yet: read every candidate.
+		signals.ReadLoadsAt(in.loads[:n], in.Endpoints, &at)
+		for i, ep := range in.Endpoints {
+			keys[i] = loadKey{ep: ep, pick: in.pick, halfLife: halfLife}
+			in.cols.set(i, &in.loads[i])
+		}
+		in.readPick = in.pick
+		in.aligned, in.alignedHL, in.alignedLen, in.alignedAt = in.pick, halfLife, n, in.Endpoints[0]
+		return in.loads[:n]
+	}
 	for i, ep := range in.Endpoints {
 		if k := &keys[i]; in.pick == 0 || k.ep != ep || k.pick != in.pick || k.halfLife != halfLife {
 			in.read(i, ep, &at)

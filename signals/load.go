@@ -3,6 +3,7 @@ package signals
 import (
 	"math"
 	"time"
+	"unsafe"
 )
 
 // Load is one endpoint's load as read once, at one instant, with one
@@ -92,48 +93,59 @@ func (ep *Endpoint) ReadLoad(dst *Load, now time.Time, halfLife time.Duration) {
 }
 
 // ReadLoadAt is ReadLoad at a prepared instant: what a caller reading the
-// loads of a whole pool at one moment should use.
+// loads of many endpoints at one moment should use (or ReadLoadsAt).
 func (ep *Endpoint) ReadLoadAt(dst *Load, at *Instant) {
-	// The endpoint's counter line, its read-mostly line and the summary
-	// line of its snapshot: all a Load needs.
-	inFlight := ep.inFlight.Load()
-	tokens := ep.inFlightTokens.Load()
-	local := float64(max(inFlight, 0))
-	// Each field is computed into a local and stored once: a composite
-	// literal followed by corrections would be built on the stack, copied
-	// and partly overwritten.
-	waiting, running, requests := local, local, local
-	var conf, kv float64
-	kvKnown := false
-	if m := ep.metrics.Load(); m != nil {
-		h := &m.hot
-		conf = m.confidence(at)
-		since := float64(inFlight - h.baseInFlight)
-		if h.waiting == h.waiting {
-			waiting = correct(h.waiting, since, local, conf)
+	ReadLoadsAt(unsafe.Slice(dst, 1), unsafe.Slice(&ep, 1), at)
+}
+
+// ReadLoadsAt sets dst[i] to eps[i]'s load at the instant at, for every i
+// (len(dst) must be at least len(eps)): ReadLoadAt for a whole pool. The
+// loop is in here so that a pool costs no call per endpoint.
+func ReadLoadsAt(dst []Load, eps []*Endpoint, at *Instant) {
+	dst = dst[:len(eps)]
+	for i, ep := range eps {
+		dst := &dst[i]
+		// The endpoint's counter line, its read-mostly line and the summary
+		// line of its snapshot: all a Load needs.
+		inFlight := ep.inFlight.Load()
+		tokens := ep.inFlightTokens.Load()
+		local := float64(max(inFlight, 0))
+		// Each field is computed into a local and stored once: a composite
+		// literal followed by corrections would be built on the stack, copied
+		// and partly overwritten.
+		waiting, running, requests := local, local, local
+		var conf, kv float64
+		kvKnown := false
+		if m := ep.metrics.Load(); m != nil {
+			h := &m.hot
+			conf = m.confidence(at)
+			since := float64(inFlight - h.baseInFlight)
+			if h.waiting == h.waiting {
+				waiting = correct(h.waiting, since, local, conf)
+			}
+			if h.running == h.running {
+				running = correct(h.running, since, local, conf)
+			}
+			if h.requests == h.requests {
+				requests = correct(h.requests, since, local, conf)
+			}
+			if h.kv == h.kv {
+				kv, kvKnown = kvAt(h, tokens, conf), true
+			}
 		}
-		if h.running == h.running {
-			running = correct(h.running, since, local, conf)
-		}
-		if h.requests == h.requests {
-			requests = correct(h.requests, since, local, conf)
-		}
-		if h.kv == h.kv {
-			kv, kvKnown = kvAt(h, tokens, conf), true
-		}
+		dst.HalfLife = at.halfLife
+		dst.Confidence = conf
+		dst.Waiting = waiting
+		dst.Running = running
+		dst.Requests = requests
+		dst.KV = kv
+		dst.KVKnown = kvKnown
+		dst.InFlight = max(inFlight, 0)
+		dst.InFlightTokens = max(tokens, 0)
+		dst.PrefillRequests = max(ep.prefilling.Load(), 0)
+		dst.PrefillTokens = max(ep.prefillTokens.Load(), 0)
+		dst.Throughput = math.Float64frombits(ep.throughput.Load())
+		dst.InvThroughput = math.Float64frombits(ep.invThroughput.Load())
+		dst.Recent = decayBurst(ep.burst.Load(), at.ms)
 	}
-	dst.HalfLife = at.halfLife
-	dst.Confidence = conf
-	dst.Waiting = waiting
-	dst.Running = running
-	dst.Requests = requests
-	dst.KV = kv
-	dst.KVKnown = kvKnown
-	dst.InFlight = max(inFlight, 0)
-	dst.InFlightTokens = max(tokens, 0)
-	dst.PrefillRequests = max(ep.prefilling.Load(), 0)
-	dst.PrefillTokens = max(ep.prefillTokens.Load(), 0)
-	dst.Throughput = math.Float64frombits(ep.throughput.Load())
-	dst.InvThroughput = math.Float64frombits(ep.invThroughput.Load())
-	dst.Recent = decayBurst(ep.burst.Load(), at.ms)
 }

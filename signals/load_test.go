@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inferroute/inferroute/signals"
+	"github.com/inferroute/inferroute/signals/signalstest"
 )
 
 // TestLoadAtMatchesMethods checks that the one-read Load agrees exactly with
@@ -153,4 +154,29 @@ func TestPrefilling(t *testing.T) {
 	assert.Equal(t, signals.DefaultPrefillRate, ep.PrefillRate())
 	ep.SetThroughput(2500)
 	assert.Equal(t, 2500.0, ep.PrefillRate())
+}
+
+// TestReadLoadsAtMatchesLoadAt checks the pool reader against each
+// endpoint's own reading: scraped and never scraped, with and without KV,
+// with work in flight.
+func TestReadLoadsAtMatchesLoadAt(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	eps := []*signals.Endpoint{
+		signalstest.Endpoint("a", signalstest.Load{Running: 3, Waiting: 1, KV: 0.2, ScrapedAt: now.Add(-time.Second)}),
+		signals.NewEndpoint(signals.EndpointSpec{Name: "never-scraped"}),
+		signalstest.Endpoint("no-kv", signalstest.Load{Running: 0, Waiting: 9, KV: math.NaN(), ScrapedAt: now.Add(-5 * time.Second)}),
+	}
+	for i, ep := range eps {
+		ep.Dispatch(100 * (i + 1))
+		ep.NoteDispatch(now)
+	}
+	for _, hl := range []time.Duration{0, 250 * time.Millisecond, 2 * time.Second} {
+		at := signals.NewInstant(now, hl)
+		dst := make([]signals.Load, len(eps)+1)
+		signals.ReadLoadsAt(dst, eps, &at)
+		for i, ep := range eps {
+			assert.Equal(t, ep.LoadAt(now, hl), dst[i], "%s, half-life %v", ep.Name, hl)
+		}
+		assert.Equal(t, signals.Load{}, dst[len(eps)], "past len(eps) untouched")
+	}
 }
