@@ -361,7 +361,8 @@ func (ep *Endpoint) KVCacheUtilization(now time.Time, halfLife time.Duration) (f
 
 // kvAt is KVCacheUtilization for a snapshot summary h whose utilisation is
 // known, with tokens uncached prompt tokens in flight (the raw counter), at
-// scrape confidence conf.
+// scrape confidence conf. ReadLoadsAt writes it out; keep the two in
+// step.
 func kvAt(h *scrapeSummary, tokens int64, conf float64) float64 {
 	u := h.kv
 	if h.invCap <= 0 {
@@ -592,10 +593,10 @@ func clampNonNeg(v float64) float64 {
 }
 
 func clamp01(v float64) float64 {
-	switch {
-	case v < 0 || math.IsNaN(v):
+	if v < 0 || v != v { // negative or NaN
 		return 0
-	case v > 1:
+	}
+	if v > 1 {
 		return 1
 	}
 	return v

@@ -118,7 +118,14 @@ func ReadLoadsAt(dst []Load, eps []*Endpoint, at *Instant) {
 		kvKnown := false
 		if m := ep.metrics.Load(); m != nil {
 			h := &m.hot
-			conf = m.confidence(at)
+			// Metrics.confidence and kvAt, written out: the compiler
+			// does not inline them, and a call per endpoint is a tenth
+			// of this loop. TestLoadAtMatchesMethods checks that both
+			// agree exactly with the methods that call them.
+			conf = 1
+			if age := at.nanos - h.scrapedNanos; at.inv > 0 && age > 0 {
+				conf = exp2Neg(float64(age) * at.inv)
+			}
 			since := float64(inFlight - h.baseInFlight)
 			if h.waiting == h.waiting {
 				waiting = correct(h.waiting, since, local, conf)
@@ -130,7 +137,11 @@ func ReadLoadsAt(dst []Load, eps []*Endpoint, at *Instant) {
 				requests = correct(h.requests, since, local, conf)
 			}
 			if h.kv == h.kv {
-				kv, kvKnown = kvAt(h, tokens, conf), true
+				kv, kvKnown = h.kv, true
+				if h.invCap > 0 {
+					scraped := clamp01(h.kv + float64(tokens-h.baseInFlightTokens)*h.invCap)
+					kv = blend(scraped, clamp01(float64(max(tokens, 0))*h.invCap), conf)
+				}
 			}
 		}
 		dst.HalfLife = at.halfLife

@@ -42,6 +42,9 @@ func TestLoadAtMatchesMethods(t *testing.T) {
 		{name: "nothing reported", m: &signals.Metrics{}, dispatch: []int{1, 2}, halfLife: hl},
 		{name: "negative counts, KV over 1", m: &signals.Metrics{Waiting: signals.Known(-5), Running: signals.Known(-1),
 			KVCacheUtilization: signals.Known(1.7), BlockSize: 16, NumBlocks: 10}, complete: nil, dispatch: []int{5000}, halfLife: hl},
+		{name: "ageing scrape, more in flight than the cache holds", m: &signals.Metrics{Waiting: signals.Known(1),
+			KVCacheUtilization: signals.Known(0.5), BlockSize: 16, NumBlocks: 10},
+			dispatch: []int{5000, 300}, complete: []int{300}, age: 3 * time.Second, halfLife: hl},
 		{name: "more completed than dispatched since", m: &signals.Metrics{Waiting: signals.Known(0), Running: signals.Known(1),
 			KVCacheUtilization: signals.Known(0.1), BlockSize: 16, NumBlocks: 100}, halfLife: hl},
 	} {

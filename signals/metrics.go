@@ -126,6 +126,7 @@ func (m *Metrics) summarize() {
 }
 
 // confidence is Confidence for a published snapshot at the instant at.
+// ReadLoadsAt writes it out; keep the two in step.
 func (m *Metrics) confidence(at *Instant) float64 {
 	if at.inv <= 0 {
 		return 1
@@ -184,7 +185,7 @@ func Confidence(scrapedAt, now time.Time, halfLife time.Duration) float64 {
 // 1), evaluated in Estrin's form: short independent chains rather than
 // one long one.
 func exp2Neg(x float64) float64 {
-	if x >= 1022 || x != x {
+	if !(x < 1022) { // also NaN
 		return 0
 	}
 	const shifter = 0x1.8p52
