@@ -228,16 +228,10 @@ func Fields(body []byte, field func(key []byte, start, end int) error) (end int,
 		return s.i, nil
 	}
 	for {
-		s.ws()
-		ks, ke, ok := s.str()
+		ks, ke, ok := s.member()
 		if !ok {
 			return s.i, s.fail()
 		}
-		s.ws()
-		if !s.eat(':') {
-			return s.i, s.fail()
-		}
-		s.ws()
 		v0 := s.i
 		if !s.skip(0) {
 			return s.i, s.fail()
@@ -277,16 +271,10 @@ func (pr *Prompt) render(body []byte, field func(key []byte, start, end int) err
 	s.ws()
 	if !s.eat('}') {
 		for {
-			s.ws()
-			ks, ke, ok := s.str()
+			ks, ke, ok := s.member()
 			if !ok {
 				return s.i, s.fail()
 			}
-			s.ws()
-			if !s.eat(':') {
-				return s.i, s.fail()
-			}
-			s.ws()
 			v0 := s.i
 			key := body[ks:ke]
 			switch {
@@ -620,16 +608,10 @@ func (pr *Prompt) message() error {
 	s.ws()
 	if !s.eat('}') {
 		for {
-			s.ws()
-			ks, ke, ok := s.str()
+			ks, ke, ok := s.member()
 			if !ok {
 				return s.fail()
 			}
-			s.ws()
-			if !s.eat(':') {
-				return s.fail()
-			}
-			s.ws()
 			key := b[ks:ke]
 			if string(key) == "content" && !direct && s.i < len(b) && (b[s.i] == '"' || b[s.i] == '[') {
 				v0 := s.i
@@ -802,16 +784,10 @@ func (pr *Prompt) part() error {
 	s.ws()
 	if !s.eat('}') {
 		for {
-			s.ws()
-			ks, ke, ok := s.str()
+			ks, ke, ok := s.member()
 			if !ok {
 				return s.fail()
 			}
-			s.ws()
-			if !s.eat(':') {
-				return s.fail()
-			}
-			s.ws()
 			sv, v, ok := pr.value(3)
 			if !ok {
 				return s.fail()
@@ -999,6 +975,22 @@ func (s *scan) eat(c byte) bool {
 		return true
 	}
 	return false
+}
+
+// member reads an object member's key and the colon after it, with the
+// blanks around them, leaving s at the value: the start and end of the
+// key's contents, or ok false with s where the member is malformed.
+func (s *scan) member() (start, end int, ok bool) {
+	s.ws()
+	if start, end, ok = s.str(); !ok {
+		return start, end, false
+	}
+	s.ws()
+	if !s.eat(':') {
+		return start, end, false
+	}
+	s.ws()
+	return start, end, true
 }
 
 // str reads the string at s.i (which must be a quote) and returns the
