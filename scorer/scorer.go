@@ -203,12 +203,11 @@ func (in *Input) Loads(halfLife time.Duration) []signals.Load {
 			in.cols.set(i, &in.loads[i])
 		}
 		in.readPick = in.pick
-		in.aligned, in.alignedHL, in.alignedLen, in.alignedAt = in.pick, halfLife, n, in.Endpoints[0]
-		return in.loads[:n]
-	}
-	for i, ep := range in.Endpoints {
-		if k := &keys[i]; in.pick == 0 || k.ep != ep || k.pick != in.pick || k.halfLife != halfLife {
-			in.read(i, ep, &at)
+	} else {
+		for i, ep := range in.Endpoints {
+			if k := &keys[i]; in.pick == 0 || k.ep != ep || k.pick != in.pick || k.halfLife != halfLife {
+				in.read(i, ep, &at)
+			}
 		}
 	}
 	if in.pick != 0 {

@@ -361,16 +361,22 @@ func (ep *Endpoint) KVCacheUtilization(now time.Time, halfLife time.Duration) (f
 
 // kvAt is KVCacheUtilization for a snapshot summary h whose utilisation is
 // known, with tokens uncached prompt tokens in flight (the raw counter), at
-// scrape confidence conf. ReadLoadsAt writes it out; keep the two in
-// step.
+// scrape confidence conf.
 func kvAt(h *scrapeSummary, tokens int64, conf float64) float64 {
-	u := h.kv
 	if h.invCap <= 0 {
-		return u
+		return h.kv
 	}
-	scraped := clamp01(u + float64(tokens-h.baseInFlightTokens)*h.invCap)
-	local := clamp01(float64(max(tokens, 0)) * h.invCap)
+	scraped, local := h.kvParts(tokens)
 	return blend(scraped, local, conf)
+}
+
+// kvParts returns, for a summary that knows the cache's capacity, the
+// scraped utilisation corrected by the tokens dispatched and completed
+// since, and the utilisation of the tokens in flight alone, both clamped
+// to [0, 1]: what kvAt blends. Small enough to be inlined, so that
+// ReadLoadsAt's loop makes no call for it.
+func (h *scrapeSummary) kvParts(tokens int64) (scraped, local float64) {
+	return clamp01(h.kv + float64(tokens-h.baseInFlightTokens)*h.invCap), clamp01(float64(max(tokens, 0)) * h.invCap)
 }
 
 // Residency says how ready an endpoint is to serve a LoRA adapter.

@@ -118,13 +118,12 @@ func ReadLoadsAt(dst []Load, eps []*Endpoint, at *Instant) {
 		kvKnown := false
 		if m := ep.metrics.Load(); m != nil {
 			h := &m.hot
-			// Metrics.confidence and kvAt, written out: the compiler
-			// does not inline them, and a call per endpoint is a tenth
-			// of this loop. TestLoadAtMatchesMethods checks that both
-			// agree exactly with the methods that call them.
+			// Metrics.confidence and kvAt, from the same inlined parts:
+			// the compiler does not inline them whole, and a call per
+			// endpoint is a tenth of this loop.
 			conf = 1
-			if age := at.nanos - h.scrapedNanos; at.inv > 0 && age > 0 {
-				conf = exp2Neg(float64(age) * at.inv)
+			if x, ok := h.halfLives(at); ok {
+				conf = exp2Neg(x)
 			}
 			since := float64(inFlight - h.baseInFlight)
 			if h.waiting == h.waiting {
@@ -139,8 +138,8 @@ func ReadLoadsAt(dst []Load, eps []*Endpoint, at *Instant) {
 			if h.kv == h.kv {
 				kv, kvKnown = h.kv, true
 				if h.invCap > 0 {
-					scraped := clamp01(h.kv + float64(tokens-h.baseInFlightTokens)*h.invCap)
-					kv = blend(scraped, clamp01(float64(max(tokens, 0))*h.invCap), conf)
+					scraped, local := h.kvParts(tokens)
+					kv = blend(scraped, local, conf)
 				}
 			}
 		}

@@ -126,16 +126,20 @@ func (m *Metrics) summarize() {
 }
 
 // confidence is Confidence for a published snapshot at the instant at.
-// ReadLoadsAt writes it out; keep the two in step.
 func (m *Metrics) confidence(at *Instant) float64 {
-	if at.inv <= 0 {
-		return 1
+	if x, ok := m.hot.halfLives(at); ok {
+		return exp2Neg(x)
 	}
-	age := at.nanos - m.hot.scrapedNanos
-	if age <= 0 {
-		return 1
-	}
-	return exp2Neg(float64(age) * at.inv)
+	return 1
+}
+
+// halfLives returns the scrape's age at the instant at in half-lives, and
+// whether it ages at all: false when the instant has no half-life or is
+// not after the scrape (confidence 1). Small enough to be inlined, so that
+// ReadLoadsAt's loop makes no call for it.
+func (h *scrapeSummary) halfLives(at *Instant) (float64, bool) {
+	age := at.nanos - h.scrapedNanos
+	return float64(age) * at.inv, at.inv > 0 && age > 0
 }
 
 // CapacityTokens returns the KV-cache capacity in tokens, or 0 when the
