@@ -110,6 +110,20 @@ count_cpus() {
 	echo "$1" | tr ',' '\n' | awk -F- '{ n += (NF == 2 ? $2 - $1 + 1 : 1) } END { print n }'
 }
 THREADS=${THREADS:-$(count_cpus "$LOAD_CPUS")}
+# cpu_ticks LIST prints the busy and total jiffies of the CPUs a taskset
+# list names (all CPUs when empty), from /proc/stat; two readings give the
+# busy share of the server CPUs over a run.
+cpu_ticks() {
+	local ids
+	if [ -z "$1" ]; then
+		ids=$(seq 0 $((NCPU - 1)))
+	else
+		ids=$(echo "$1" | tr ',' '\n' | awk -F- '{ for (i = $1; i <= (NF == 2 ? $2 : $1); i++) print i }')
+	fi
+	awk -v ids="$ids" 'BEGIN { n = split(ids, a, "\n"); for (i = 1; i <= n; i++) want["cpu" a[i]] = 1 }
+		$1 in want { for (i = 2; i <= 9; i++) total += $i; busy += $2 + $3 + $4 + $7 + $8 + $9 }
+		END { print busy, total }' /proc/stat
+}
 NGINX_WORKERS=$(count_cpus "$SERVER_CPUS")
 log "$PINNING"
 
@@ -308,6 +322,7 @@ if [ "$FIXED" = 1 ]; then
 					"$port" "$WORK/body-$body.json" >"$WORK/targets-$name-$body.txt"
 				log "fixed rate, round $round/$ROUNDS: vegeta $name $body ($rate req/s, $DURATION, at most $CONNS connections)"
 				res="$WORK/vegeta-$name-$body-$round"
+				read -r busy0 total0 < <(cpu_ticks "$SERVER_CPUS")
 				"${LOAD[@]}" "$VEGETA" attack -targets "$WORK/targets-$name-$body.txt" -rate "$rate/1s" -duration "$DURATION" \
 					-max-connections "$CONNS" -http2=false -timeout 30s >"$res.bin"
 				"$VEGETA" report -type json "$res.bin" >"$res.json"
@@ -315,7 +330,8 @@ if [ "$FIXED" = 1 ]; then
 				line=$(jq -r --arg n "$name" --arg b "$body" \
 					'"\($n) \($b) \(.throughput | floor) \(.latencies["50th"] / 1e6) \(.latencies["90th"] / 1e6) \(.latencies["99th"] / 1e6) \(.requests - (.status_codes["200"] // 0))"' \
 					"$res.json")
-				log "  $line"
+				read -r busy1 total1 < <(cpu_ticks "$SERVER_CPUS")
+				log "  $line (server CPUs $(awk -v b=$((busy1 - busy0)) -v t=$((total1 - total0)) 'BEGIN { printf "%.0f", (t > 0 ? 100 * b / t : 0) }')% busy)"
 				ALLFIXED+=("$line")
 			done
 		done
