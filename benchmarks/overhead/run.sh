@@ -101,26 +101,23 @@ else
 	SERVER_CPUS=""
 	PINNING="not pinned: load generators and servers share all $NCPU CPUs"
 fi
-# count_cpus LIST prints how many CPUs a taskset list names (all when empty).
-count_cpus() {
+# cpu_ids LIST prints the CPU numbers a taskset list names, one per line
+# (all CPUs when empty).
+cpu_ids() {
 	if [ -z "$1" ]; then
-		echo "$NCPU"
+		seq 0 $((NCPU - 1))
 		return
 	fi
-	echo "$1" | tr ',' '\n' | awk -F- '{ n += (NF == 2 ? $2 - $1 + 1 : 1) } END { print n }'
+	echo "$1" | tr ',' '\n' | awk -F- '{ for (i = $1; i <= (NF == 2 ? $2 : $1); i++) print i }'
 }
+# count_cpus LIST prints how many CPUs a taskset list names.
+count_cpus() { cpu_ids "$1" | wc -l; }
 THREADS=${THREADS:-$(count_cpus "$LOAD_CPUS")}
 # cpu_ticks LIST prints the busy and total jiffies of the CPUs a taskset
-# list names (all CPUs when empty), from /proc/stat; two readings give the
-# busy share of the server CPUs over a run.
+# list names, from /proc/stat; two readings give the busy share of the
+# server CPUs over a run.
 cpu_ticks() {
-	local ids
-	if [ -z "$1" ]; then
-		ids=$(seq 0 $((NCPU - 1)))
-	else
-		ids=$(echo "$1" | tr ',' '\n' | awk -F- '{ for (i = $1; i <= (NF == 2 ? $2 : $1); i++) print i }')
-	fi
-	awk -v ids="$ids" 'BEGIN { n = split(ids, a, "\n"); for (i = 1; i <= n; i++) want["cpu" a[i]] = 1 }
+	awk -v ids="$(cpu_ids "$1")" 'BEGIN { n = split(ids, a, "\n"); for (i = 1; i <= n; i++) want["cpu" a[i]] = 1 }
 		$1 in want { for (i = 2; i <= 9; i++) total += $i; busy += $2 + $3 + $4 + $7 + $8 + $9 }
 		END { print busy, total }' /proc/stat
 }
