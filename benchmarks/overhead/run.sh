@@ -2,19 +2,23 @@
 # Overhead of the inferroute gateway, measured side by side in one run on
 # loopback: wrk against (1) a backend directly, (2) nginx as a round-robin
 # proxy to the same backends, (3) the gateway (body parsing, prompt hashing,
-# routing table, scoring, picking, proxying). Two bodies: a 1 KB chat
-# request and a 220 KB prompt. Prints a table of requests/s and p50/p99.
+# routing table, scoring, picking, proxying), and, as a baseline for Go's
+# own cost, (4) httputil: the standard library's reverse proxy, round-robin
+# with no routing (httputilproxy/). Two bodies: a 1 KB chat request and a
+# 220 KB prompt. Prints a table of requests/s and p50/p99.
 #
-# Three measurements, each the same for the three targets, in one run:
+# Three measurements, each the same for every target, in one run:
 #   1. saturation: wrk closed loop, CONNS connections, ROUNDS rounds in
 #      alternation, each target's median round (by requests/s);
 #   2. fixed rate: vegeta (open loop, latency from each request's scheduled
-#      start) at the same rate for the three targets, below every target's
-#      saturation, so that p99 is the proxy's added time and not queueing;
+#      start) at the same rate for direct, nginx and the gateway, below
+#      each one's saturation (a quarter and half of the lowest saturation
+#      rate of the three by default), so that p99 is the proxy's added time
+#      more than queueing;
 #   3. unloaded: wrk with one connection.
 # Pinning: when taskset is present and there are at least 2 CPUs, the load
-# generators run on LOAD_CPUS and every server (backends, nginx, gateway)
-# on SERVER_CPUS, so that the load generator does not take CPU from the
+# generators run on LOAD_CPUS and every server (backends and proxies) on
+# SERVER_CPUS, so that the load generator does not take CPU from the
 # server under test; nginx gets one worker per server CPU and Go's
 # GOMAXPROCS follows the affinity mask.
 #
@@ -23,12 +27,13 @@
 #              one per load CPU), BACKENDS (2), ROUNDS (3), BASE_PORT
 #              (18100), PIN (1 = pin when possible, 0 = never), LOAD_CPUS
 #              and SERVER_CPUS (taskset lists; default: the first half of
-#              the CPUs for load, the rest for servers), RATE_1KB and
-#              RATE_220KB (fixed rates in req/s; default half the lowest
-#              median saturation rate of the three targets for that body),
-#              FIXED=0 to skip the fixed-rate runs, VEGETA (path of a
-#              vegeta binary; default: built with go install from the Go
-#              module proxy), OUT (a directory to keep the raw outputs
+#              the CPUs for load, the rest for servers), LOADS (the
+#              fixed rates as fractions of the lowest median saturation
+#              rate of direct, nginx and the gateway for that body;
+#              "0.25 0.5"), RATE_1KB and RATE_220KB (one fixed rate in
+#              req/s for that body instead of LOADS), FIXED=0 to skip the
+#              fixed-rate runs, VEGETA (path of a vegeta binary; default:
+#              built with go install from the Go module proxy), OUT (a directory to keep the raw outputs
 #              and, with PROFILE=1, CPU profiles of the gateway taken
 #              during its first saturation run of each body).
 # Everything listens on 127.0.0.1 only.
@@ -41,6 +46,7 @@ ROUNDS=${ROUNDS:-3}
 BASE_PORT=${BASE_PORT:-18100}
 PIN=${PIN:-1}
 FIXED=${FIXED:-1}
+LOADS=${LOADS:-0.25 0.5}
 PROFILE=${PROFILE:-0}
 OUT=${OUT:-}
 VEGETA_VERSION=v12.13.0
@@ -70,8 +76,9 @@ if ! command -v wrk >/dev/null || ! command -v nginx >/dev/null; then
 fi
 NGINX=$(command -v nginx)
 
-log "building backend and gateway"
+log "building backend, httputilproxy and gateway"
 (cd "$ROOT" && go build -o "$WORK/backend" ./benchmarks/overhead/backend)
+(cd "$ROOT" && go build -o "$WORK/httputilproxy" ./benchmarks/overhead/httputilproxy)
 (cd "$ROOT" && go build -o "$WORK/gateway" ./examples/gateway)
 
 VEGETA=${VEGETA:-$(command -v vegeta || true)}
@@ -136,14 +143,17 @@ wait_port() {
 
 UPSTREAMS=""
 ENDPOINTS=""
+UPLIST=""
 for i in $(seq 1 "$BACKENDS"); do
 	port=$((BASE_PORT + i))
 	"${SRV[@]}" "$WORK/backend" -listen "127.0.0.1:$port" &
 	PIDS+=($!)
 	UPSTREAMS+="    server 127.0.0.1:$port;"$'\n'
 	ENDPOINTS+="      - {name: be-$i, address: 127.0.0.1:$port, engine: vllm}"$'\n'
+	UPLIST+="${UPLIST:+,}127.0.0.1:$port"
 done
 DIRECT_PORT=$((BASE_PORT + 1))
+HTTPUTIL_PORT=$((BASE_PORT + 70))
 NGINX_PORT=$((BASE_PORT + 80))
 GATEWAY_PORT=$((BASE_PORT + 90))
 
@@ -190,6 +200,8 @@ pools:
     endpoints:
 $ENDPOINTS
 EOF
+"${SRV[@]}" "$WORK/httputilproxy" -listen "127.0.0.1:$HTTPUTIL_PORT" -upstreams "$UPLIST" &
+PIDS+=($!)
 PPROF_PORT=$((BASE_PORT + 91))
 GATEWAY_FLAGS=()
 if [ "$PROFILE" = 1 ]; then GATEWAY_FLAGS=(-pprof "127.0.0.1:$PPROF_PORT"); fi
@@ -198,6 +210,7 @@ PIDS+=($!)
 
 wait_port "$DIRECT_PORT"
 wait_port "$NGINX_PORT"
+wait_port "$HTTPUTIL_PORT"
 wait_port "$GATEWAY_PORT"
 
 # --- bodies ----------------------------------------------------------------
@@ -224,7 +237,7 @@ wrk.headers["Content-Type"] = "application/json"
 EOF
 
 # Check that every target answers before measuring.
-for port in "$DIRECT_PORT" "$NGINX_PORT" "$GATEWAY_PORT"; do
+for port in "$DIRECT_PORT" "$NGINX_PORT" "$HTTPUTIL_PORT" "$GATEWAY_PORT"; do
 	code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
 		--data-binary @"$WORK/body-1KB.json" "http://127.0.0.1:$port/v1/chat/completions")
 	if [ "$code" != 200 ]; then
@@ -259,7 +272,7 @@ run() {
 RESULTS=()
 for round in $(seq 1 "$ROUNDS"); do
 	for body in 1KB 220KB; do
-		for target in direct:$DIRECT_PORT nginx:$NGINX_PORT gateway:$GATEWAY_PORT; do
+		for target in direct:$DIRECT_PORT nginx:$NGINX_PORT httputil:$HTTPUTIL_PORT gateway:$GATEWAY_PORT; do
 			name=${target%%:*}
 			port=${target##*:}
 			log "round $round/$ROUNDS: wrk $name $body ($CONNS connections, $DURATION)"
@@ -285,7 +298,7 @@ median_round() {
 }
 MEDIANS=()
 for body in 1KB 220KB; do
-	for name in direct nginx gateway; do
+	for name in direct nginx httputil gateway; do
 		MEDIANS+=("$(median_round 3 "$name" "$body" "${RESULTS[@]}")") # by req/s
 	done
 done
@@ -293,38 +306,44 @@ done
 # Fixed rate: vegeta sends at a constant rate whatever the answers' latency
 # (an open loop: a slow answer does not delay the next request, so queueing
 # shows in the latency instead of lowering the rate, unlike a closed-loop
-# wrk). The rate is the same for the three targets, below all of their
-# saturation rates. Like the saturation runs, the targets alternate, ROUNDS
-# times, and the table shows each one's median round, here by p99.
+# wrk). Each rate is the same for the three targets: LOADS lists fractions
+# of the lowest median saturation rate of the three, so every target runs
+# below its saturation, and the added latency is read at more than one
+# load. Like the saturation runs, the targets alternate, ROUNDS times, and
+# the table shows each one's median round, here by p99. A run's body field
+# is BODY@RATE.
 FIXEDR=()
 RATES=()
 if [ "$FIXED" = 1 ]; then
 	for body in 1KB 220KB; do
 		var="RATE_$body"
-		rate=${!var:-}
-		if [ -z "$rate" ]; then
-			rate=$(printf '%s\n' "${MEDIANS[@]}" | awk -v b="$body" '$2 == b { if (min == "" || $3 < min) min = $3 } END { printf "%d", min / 2 }')
+		if [ -n "${!var:-}" ]; then
+			RATES+=("$body@${!var}")
+			continue
 		fi
-		RATES+=("$body:$rate")
+		for load in $LOADS; do
+			rate=$(printf '%s\n' "${MEDIANS[@]}" | awk -v b="$body" -v f="$load" '$2 == b && $1 != "httputil" { if (min == "" || $3 < min) min = $3 } END { printf "%d", min * f }')
+			RATES+=("$body@$rate")
+		done
 	done
 	ALLFIXED=()
 	for round in $(seq 1 "$ROUNDS"); do
 		for br in "${RATES[@]}"; do
-			body=${br%%:*}
-			rate=${br##*:}
+			body=${br%%@*}
+			rate=${br##*@}
 			for target in direct:$DIRECT_PORT nginx:$NGINX_PORT gateway:$GATEWAY_PORT; do
 				name=${target%%:*}
 				port=${target##*:}
 				printf 'POST http://127.0.0.1:%s/v1/chat/completions\nContent-Type: application/json\n@%s\n' \
 					"$port" "$WORK/body-$body.json" >"$WORK/targets-$name-$body.txt"
 				log "fixed rate, round $round/$ROUNDS: vegeta $name $body ($rate req/s, $DURATION, at most $CONNS connections)"
-				res="$WORK/vegeta-$name-$body-$round"
+				res="$WORK/vegeta-$name-$br-$round"
 				read -r busy0 total0 < <(cpu_ticks "$SERVER_CPUS")
 				"${LOAD[@]}" "$VEGETA" attack -targets "$WORK/targets-$name-$body.txt" -rate "$rate/1s" -duration "$DURATION" \
 					-max-connections "$CONNS" -http2=false -timeout 30s >"$res.bin"
 				"$VEGETA" report -type json "$res.bin" >"$res.json"
 				rm -f "$res.bin"
-				line=$(jq -r --arg n "$name" --arg b "$body" \
+				line=$(jq -r --arg n "$name" --arg b "$br" \
 					'"\($n) \($b) \(.throughput | floor) \(.latencies["50th"] / 1e6) \(.latencies["90th"] / 1e6) \(.latencies["99th"] / 1e6) \(.requests - (.status_codes["200"] // 0))"' \
 					"$res.json")
 				read -r busy1 total1 < <(cpu_ticks "$SERVER_CPUS")
@@ -333,9 +352,9 @@ if [ "$FIXED" = 1 ]; then
 			done
 		done
 	done
-	for body in 1KB 220KB; do
+	for br in "${RATES[@]}"; do
 		for name in direct nginx gateway; do
-			FIXEDR+=("$(median_round 6 "$name" "$body" "${ALLFIXED[@]}")") # by p99
+			FIXEDR+=("$(median_round 6 "$name" "$br" "${ALLFIXED[@]}")") # by p99
 		done
 	done
 fi
@@ -344,7 +363,7 @@ fi
 # proxy adds to a request rather than queueing behind the other 149.
 UNLOADED=()
 for body in 1KB 220KB; do
-	for target in direct:$DIRECT_PORT nginx:$NGINX_PORT gateway:$GATEWAY_PORT; do
+	for target in direct:$DIRECT_PORT nginx:$NGINX_PORT httputil:$HTTPUTIL_PORT gateway:$GATEWAY_PORT; do
 		name=${target%%:*}
 		port=${target##*:}
 		log "unloaded: wrk $name $body (1 connection, $DURATION)"
@@ -370,14 +389,15 @@ printf '%s\n' "${MEDIANS[@]}" | awk '
 		}
 		for (b = 1; b <= 2; b++) {
 			body = (b == 1) ? "1KB" : "220KB"
-			g = "gateway/" body; x = "nginx/" body; d = "direct/" body
-			printf "%s saturated: gateway/nginx req/s = %.2f (target >= 0.5); gateway p99 - direct p99 = %.2f ms\n",
-				body, (rps[x] > 0 ? rps[g] / rps[x] : 0), p99[g] - p99[d]
+			g = "gateway/" body; x = "nginx/" body; d = "direct/" body; h = "httputil/" body
+			printf "%s saturated: gateway/nginx req/s = %.2f (target >= 0.5); httputil/nginx = %.2f; gateway p99 - direct p99 = %.2f ms\n",
+				body, (rps[x] > 0 ? rps[g] / rps[x] : 0), (rps[x] > 0 ? rps[h] / rps[x] : 0), p99[g] - p99[d]
 		}
 	}'
-# Each round's ratio, to show the noise the medians smooth.
+# Each round's ratio, to show the noise the medians smooth. RESULTS is in
+# round order, so the n-th line of a target and body is its round n.
 printf '%s\n' "${RESULTS[@]}" | awk '
-	{ rps[$2 "/" $1, int((NR - 1) / 6)] = $3; rounds = int((NR - 1) / 6) + 1 }
+	{ r = seen[$2 "/" $1]++; rps[$2 "/" $1, r] = $3; if (r + 1 > rounds) rounds = r + 1 }
 	END {
 		for (b = 1; b <= 2; b++) {
 			body = (b == 1) ? "1KB" : "220KB"
@@ -391,21 +411,22 @@ printf '%s\n' "${RESULTS[@]}" | awk '
 	}'
 if [ "$FIXED" = 1 ]; then
 	echo
-	echo "fixed rate: vegeta attack -rate R/1s -duration $DURATION -max-connections $CONNS (open loop), median of $ROUNDS rounds by p99; R: ${RATES[*]} req/s"
+	echo "fixed rate: vegeta attack -rate R/1s -duration $DURATION -max-connections $CONNS (open loop), median of $ROUNDS rounds by p99; body@R: ${RATES[*]} req/s"
 	printf '%s\n' "${FIXEDR[@]}" | awk '
-		{ k = $1 "/" $2; rps[k] = $3; p50[k] = $4; p90[k] = $5; p99[k] = $6; errs[k] = $7; order[n++] = k }
+		{ k = $1 "/" $2; rps[k] = $3; p50[k] = $4; p90[k] = $5; p99[k] = $6; errs[k] = $7; order[n++] = k
+		  if (!($2 in seen)) { seen[$2] = 1; brs[nb++] = $2 } }
 		END {
-			printf "| %-8s | %-5s | %10s | %9s | %9s | %9s | %6s |\n", "target", "body", "req/s", "p50 ms", "p90 ms", "p99 ms", "errors"
-			printf "|----------|-------|------------|-----------|-----------|-----------|--------|\n"
+			printf "| %-8s | %-11s | %10s | %9s | %9s | %9s | %6s |\n", "target", "body@rate", "req/s", "p50 ms", "p90 ms", "p99 ms", "errors"
+			printf "|----------|-------------|------------|-----------|-----------|-----------|--------|\n"
 			for (i = 0; i < n; i++) {
 				k = order[i]; split(k, a, "/")
-				printf "| %-8s | %-5s | %10.0f | %9.3f | %9.3f | %9.3f | %6d |\n", a[1], a[2], rps[k], p50[k], p90[k], p99[k], errs[k]
+				printf "| %-8s | %-11s | %10.0f | %9.3f | %9.3f | %9.3f | %6d |\n", a[1], a[2], rps[k], p50[k], p90[k], p99[k], errs[k]
 			}
-			for (b = 1; b <= 2; b++) {
-				body = (b == 1) ? "1KB" : "220KB"
-				g = "gateway/" body; x = "nginx/" body; d = "direct/" body
-				printf "%s fixed rate: over direct, gateway adds p50 %.3f, p99 %.3f ms%s; nginx adds p50 %.3f, p99 %.3f ms\n", body,
-					p50[g] - p50[d], p99[g] - p99[d], (body == "220KB" ? " (target p99 <= 5)" : ""),
+			for (j = 0; j < nb; j++) {
+				br = brs[j]
+				g = "gateway/" br; x = "nginx/" br; d = "direct/" br
+				printf "%s req/s fixed rate: over direct, gateway adds p50 %.3f, p99 %.3f ms%s; nginx adds p50 %.3f, p99 %.3f ms\n", br,
+					p50[g] - p50[d], p99[g] - p99[d], (br ~ /^220KB/ ? " (target p99 <= 5)" : ""),
 					p50[x] - p50[d], p99[x] - p99[d]
 			}
 		}'
