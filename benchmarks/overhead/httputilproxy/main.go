@@ -48,8 +48,19 @@ func newProxy(upstreams []string) (*httputil.ReverseProxy, error) {
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(targets[(next.Add(1)-1)%uint64(len(targets))])
 		},
-		Transport: tr,
+		Transport:    tr,
+		ErrorHandler: answerError,
 	}, nil
+}
+
+// answerError answers 502 to a request the upstream failed, and logs the
+// failure unless the client went away first (wrk closes its connections
+// with requests in flight at the end of every run; those are not errors).
+func answerError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() == nil {
+		log.Printf("proxy error: %v", err)
+	}
+	w.WriteHeader(http.StatusBadGateway)
 }
 
 func main() {

@@ -56,3 +56,19 @@ func TestNewProxyRejectsBadUpstreams(t *testing.T) {
 	_, err = newProxy([]string{""})
 	assert.Error(t, err)
 }
+
+// TestNewProxyDeadUpstream checks that a request to an upstream that
+// refuses connections is answered 502, not left hanging.
+func TestNewProxyDeadUpstream(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	addr := strings.TrimPrefix(dead.URL, "http://")
+	dead.Close()
+	rp, err := newProxy([]string{addr})
+	require.NoError(t, err)
+	front := httptest.NewServer(rp)
+	defer front.Close()
+	resp, err := http.Post(front.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadGateway, resp.StatusCode)
+}
