@@ -33,9 +33,10 @@
 #              "0.25 0.5"), RATE_1KB and RATE_220KB (one fixed rate in
 #              req/s for that body instead of LOADS), FIXED=0 to skip the
 #              fixed-rate runs, VEGETA (path of a vegeta binary; default:
-#              built with go install from the Go module proxy), OUT (a directory to keep the raw outputs
-#              and, with PROFILE=1, CPU profiles of the gateway taken
-#              during its first saturation run of each body).
+#              built with go install from the Go module proxy), OUT (a
+#              directory to keep the raw outputs and, with PROFILE=1, CPU
+#              profiles of the gateway taken during its first saturation
+#              run of each body).
 # Everything listens on 127.0.0.1 only.
 set -euo pipefail
 
@@ -156,6 +157,11 @@ DIRECT_PORT=$((BASE_PORT + 1))
 HTTPUTIL_PORT=$((BASE_PORT + 70))
 NGINX_PORT=$((BASE_PORT + 80))
 GATEWAY_PORT=$((BASE_PORT + 90))
+# The targets as name:port, in the order they alternate: every one in the
+# saturation and unloaded runs; FIXED_TARGETS, the three the issue names,
+# in the fixed-rate runs (httputil is a baseline for Go's own cost).
+TARGETS=(direct:$DIRECT_PORT nginx:$NGINX_PORT httputil:$HTTPUTIL_PORT gateway:$GATEWAY_PORT)
+FIXED_TARGETS=(direct:$DIRECT_PORT nginx:$NGINX_PORT gateway:$GATEWAY_PORT)
 
 mkdir -p "$WORK/nginx/logs"
 USER_LINE=""
@@ -208,10 +214,7 @@ if [ "$PROFILE" = 1 ]; then GATEWAY_FLAGS=(-pprof "127.0.0.1:$PPROF_PORT"); fi
 "${SRV[@]}" "$WORK/gateway" -config "$WORK/gateway.yaml" "${GATEWAY_FLAGS[@]}" &
 PIDS+=($!)
 
-wait_port "$DIRECT_PORT"
-wait_port "$NGINX_PORT"
-wait_port "$HTTPUTIL_PORT"
-wait_port "$GATEWAY_PORT"
+for target in "${TARGETS[@]}"; do wait_port "${target##*:}"; done
 
 # --- bodies ----------------------------------------------------------------
 # A chat completions body of about $1 bytes: a system prompt and a user
@@ -237,7 +240,8 @@ wrk.headers["Content-Type"] = "application/json"
 EOF
 
 # Check that every target answers before measuring.
-for port in "$DIRECT_PORT" "$NGINX_PORT" "$HTTPUTIL_PORT" "$GATEWAY_PORT"; do
+for target in "${TARGETS[@]}"; do
+	port=${target##*:}
 	code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
 		--data-binary @"$WORK/body-1KB.json" "http://127.0.0.1:$port/v1/chat/completions")
 	if [ "$code" != 200 ]; then
@@ -272,7 +276,7 @@ run() {
 RESULTS=()
 for round in $(seq 1 "$ROUNDS"); do
 	for body in 1KB 220KB; do
-		for target in direct:$DIRECT_PORT nginx:$NGINX_PORT httputil:$HTTPUTIL_PORT gateway:$GATEWAY_PORT; do
+		for target in "${TARGETS[@]}"; do
 			name=${target%%:*}
 			port=${target##*:}
 			log "round $round/$ROUNDS: wrk $name $body ($CONNS connections, $DURATION)"
@@ -298,7 +302,8 @@ median_round() {
 }
 MEDIANS=()
 for body in 1KB 220KB; do
-	for name in direct nginx httputil gateway; do
+	for target in "${TARGETS[@]}"; do
+		name=${target%%:*}
 		MEDIANS+=("$(median_round 3 "$name" "$body" "${RESULTS[@]}")") # by req/s
 	done
 done
@@ -322,7 +327,10 @@ if [ "$FIXED" = 1 ]; then
 			continue
 		fi
 		for load in $LOADS; do
-			rate=$(printf '%s\n' "${MEDIANS[@]}" | awk -v b="$body" -v f="$load" '$2 == b && $1 != "httputil" { if (min == "" || $3 < min) min = $3 } END { printf "%d", min * f }')
+			rate=$(printf '%s\n' "${MEDIANS[@]}" | awk -v b="$body" -v f="$load" -v names="${FIXED_TARGETS[*]}" '
+				BEGIN { n = split(names, a, " "); for (i = 1; i <= n; i++) { split(a[i], nt, ":"); want[nt[1]] = 1 } }
+				$2 == b && ($1 in want) { if (min == "" || $3 < min) min = $3 }
+				END { printf "%d", min * f }')
 			RATES+=("$body@$rate")
 		done
 	done
@@ -331,7 +339,7 @@ if [ "$FIXED" = 1 ]; then
 		for br in "${RATES[@]}"; do
 			body=${br%%@*}
 			rate=${br##*@}
-			for target in direct:$DIRECT_PORT nginx:$NGINX_PORT gateway:$GATEWAY_PORT; do
+			for target in "${FIXED_TARGETS[@]}"; do
 				name=${target%%:*}
 				port=${target##*:}
 				printf 'POST http://127.0.0.1:%s/v1/chat/completions\nContent-Type: application/json\n@%s\n' \
@@ -353,7 +361,8 @@ if [ "$FIXED" = 1 ]; then
 		done
 	done
 	for br in "${RATES[@]}"; do
-		for name in direct nginx gateway; do
+		for target in "${FIXED_TARGETS[@]}"; do
+			name=${target%%:*}
 			FIXEDR+=("$(median_round 6 "$name" "$br" "${ALLFIXED[@]}")") # by p99
 		done
 	done
@@ -363,7 +372,7 @@ fi
 # proxy adds to a request rather than queueing behind the other 149.
 UNLOADED=()
 for body in 1KB 220KB; do
-	for target in direct:$DIRECT_PORT nginx:$NGINX_PORT httputil:$HTTPUTIL_PORT gateway:$GATEWAY_PORT; do
+	for target in "${TARGETS[@]}"; do
 		name=${target%%:*}
 		port=${target##*:}
 		log "unloaded: wrk $name $body (1 connection, $DURATION)"
