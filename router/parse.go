@@ -79,6 +79,15 @@ const (
 	HeaderRequestID = "x-request-id"
 )
 
+// The header names above in canonical form. http.Header.Get canonicalizes
+// its key on every call, which for a lowercase name means allocating the
+// canonical copy; a name already canonical costs only a scan.
+var (
+	canonicalPriority  = http.CanonicalHeaderKey(HeaderPriority)
+	canonicalSession   = http.CanonicalHeaderKey(HeaderSession)
+	canonicalRequestID = http.CanonicalHeaderKey(HeaderRequestID)
+)
+
 // ErrMalformed is wrapped by ParseRequest's errors for a body that is not a
 // well-formed JSON object or whose known fields have the wrong type; a
 // router answers 400.
@@ -90,6 +99,18 @@ type ParseOptions struct {
 	SessionHeader string
 	// PriorityHeader names the priority header; "" means HeaderPriority.
 	PriorityHeader string
+}
+
+// canonical returns o with its header names in canonical form, so that
+// reading them per request does not canonicalize (and allocate) each time.
+func (o ParseOptions) canonical() ParseOptions {
+	if o.SessionHeader != "" {
+		o.SessionHeader = http.CanonicalHeaderKey(o.SessionHeader)
+	}
+	if o.PriorityHeader != "" {
+		o.PriorityHeader = http.CanonicalHeaderKey(o.PriorityHeader)
+	}
+	return o
 }
 
 // Parsed is what ParseRequest read from one request. Its spans point into
@@ -243,19 +264,19 @@ func (p *Parsed) headers(h http.Header, opts ParseOptions) error {
 	if h == nil {
 		return nil
 	}
-	sh, ph := opts.SessionHeader, opts.PriorityHeader
+	sh, ph, pname := opts.SessionHeader, opts.PriorityHeader, opts.PriorityHeader
 	if sh == "" {
-		sh = HeaderSession
+		sh = canonicalSession
 	}
 	if ph == "" {
-		ph = HeaderPriority
+		ph, pname = canonicalPriority, HeaderPriority
 	}
 	p.SessionKey = h.Get(sh)
-	p.RequestID = h.Get(HeaderRequestID)
+	p.RequestID = h.Get(canonicalRequestID)
 	if v := strings.TrimSpace(h.Get(ph)); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return fmt.Errorf("%w: header %s: %q is not an integer", ErrMalformed, ph, v)
+			return fmt.Errorf("%w: header %s: %q is not an integer", ErrMalformed, pname, v)
 		}
 		p.Priority = n
 	}

@@ -111,6 +111,45 @@ func TestParseRequestFields(t *testing.T) {
 	}
 }
 
+// TestParseHeadersDoNotAllocate checks that reading the routing headers
+// costs no allocation: http.Header.Get with a lowercase name allocates its
+// canonical copy on every call, so the names are canonicalized once (the
+// defaults at init, configured ones by NewProxy), and the values read are
+// the same as with the names as configured.
+func TestParseHeadersDoNotAllocate(t *testing.T) {
+	h := http.Header{
+		"X-Session-Id": {"h1"}, "X-Inferroute-Priority": {"3"}, "X-Request-Id": {"r1"},
+		"X-Slo-Ttft-Ms": {"250"}, "X-Slo-Tpot-Ms": {"20"}, "X-My-Session": {"mine"}, "X-My-Priority": {"-1"},
+	}
+	var p Parsed
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := p.headers(h, ParseOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	assert.Zero(t, allocs, "allocations per call with the default header names")
+	assert.Equal(t, "h1", p.SessionKey)
+	assert.Equal(t, 3, p.Priority)
+
+	lower := ParseOptions{SessionHeader: "x-my-session", PriorityHeader: "x-my-priority"}
+	opts := lower.canonical()
+	allocs = testing.AllocsPerRun(100, func() {
+		if err := p.headers(h, opts); err != nil {
+			t.Fatal(err)
+		}
+	})
+	assert.Zero(t, allocs, "allocations per call with canonicalized configured names")
+	var q Parsed
+	require.NoError(t, q.headers(h, lower))
+	assert.Equal(t, q, p, "canonical names read what the names as configured read")
+	assert.Equal(t, "mine", p.SessionKey)
+	assert.Equal(t, -1, p.Priority)
+
+	_, err := ParseRequest("/v1/chat/completions", http.Header{"X-Inferroute-Priority": {"high"}}, nil, ParseOptions{})
+	require.ErrorIs(t, err, ErrMalformed)
+	assert.Contains(t, err.Error(), "header x-inferroute-priority:", "errors name the header as documented")
+}
+
 func TestParseRequestErrors(t *testing.T) {
 	tests := []struct {
 		name, body string

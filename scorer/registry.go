@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/http"
 	"sort"
 
 	"go.yaml.in/yaml/v3"
@@ -238,6 +239,10 @@ func NewRegistry() *Registry {
 		if err := p.Decode(&f); err != nil {
 			return nil, err
 		}
+		// Canonical names make the per-request http.Header.Get a lookup
+		// instead of an allocation of the canonical copy.
+		f.AddressHeader = http.CanonicalHeaderKey(f.AddressHeader)
+		f.LabelHeader = http.CanonicalHeaderKey(f.LabelHeader)
 		return &f, nil
 	}))
 	must(r.RegisterScorer(ScorerQueue, func(p Params, env Env) (Scorer, error) {

@@ -261,3 +261,29 @@ func TestParams(t *testing.T) {
 	assert.True(t, zero.IsZero())
 	require.NoError(t, zero.Decode(&sat))
 }
+
+// TestSubsetFilterFromRegistryDoesNotAllocate checks that the subset filter
+// the registry builds reads its headers without allocating (http.Header.Get
+// canonicalizes a lowercase name, allocating, on every call) and still
+// reads headers set under the names as configured.
+func TestSubsetFilterFromRegistryDoesNotAllocate(t *testing.T) {
+	f, err := scorer.NewRegistry().NewFilter(scorer.FilterSubset, scorer.Params{}, scorer.Env{})
+	require.NoError(t, err)
+	h := http.Header{}
+	h.Set("x-gateway-destination-endpoint-subset", "b:1")
+	h.Set("x-inferroute-labels", "zone=west")
+	eps := []*signals.Endpoint{
+		signals.NewEndpoint(signals.EndpointSpec{Address: "a:1", Labels: map[string]string{"zone": "west"}}),
+		signals.NewEndpoint(signals.EndpointSpec{Address: "b:1", Labels: map[string]string{"zone": "west"}}),
+	}
+	in := &scorer.Input{Request: &signals.Request{Headers: h}, Endpoints: eps, Now: t0}
+	var got []*signals.Endpoint
+	scratch := make([]*signals.Endpoint, len(eps))
+	allocs := testing.AllocsPerRun(100, func() {
+		in.Endpoints = scratch[:copy(scratch, eps)] // Filter keeps in place
+		got = f.Filter(context.Background(), in)
+	})
+	require.Len(t, got, 1)
+	assert.Equal(t, "b:1", got[0].Address)
+	assert.Zero(t, allocs, "allocations per Filter")
+}

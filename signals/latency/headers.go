@@ -38,17 +38,25 @@ const maxSLO = 24 * time.Hour
 func ParseSLOHeaders(h http.Header) (signals.SLO, error) {
 	var slo signals.SLO
 	var err error
-	if slo.TTFT, err = parseMillis(h, HeaderSLOTTFT); err != nil {
+	if slo.TTFT, err = parseMillis(h, canonicalTTFT, HeaderSLOTTFT); err != nil {
 		return slo, err
 	}
-	if slo.TPOT, err = parseMillis(h, HeaderSLOTPOT); err != nil {
+	if slo.TPOT, err = parseMillis(h, canonicalTPOT, HeaderSLOTPOT); err != nil {
 		return slo, err
 	}
 	return slo, nil
 }
 
-func parseMillis(h http.Header, name string) (time.Duration, error) {
-	s := strings.TrimSpace(h.Get(name))
+// The SLO header names in canonical form: http.Header.Get allocates the
+// canonical copy of a lowercase key on every call.
+var (
+	canonicalTTFT = http.CanonicalHeaderKey(HeaderSLOTTFT)
+	canonicalTPOT = http.CanonicalHeaderKey(HeaderSLOTPOT)
+)
+
+// parseMillis reads the header key (canonical) and names it name in errors.
+func parseMillis(h http.Header, key, name string) (time.Duration, error) {
+	s := strings.TrimSpace(h.Get(key))
 	if s == "" {
 		return 0, nil
 	}
