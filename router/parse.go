@@ -158,11 +158,16 @@ type Parsed struct {
 //
 // A body whose first non-blank byte is not '{' is not JSON: the result has
 // JSON false and no error, and the request goes to the fallback route. A
-// body that starts as an object but is not well-formed JSON, or whose known
-// fields have the wrong type, is an error wrapping ErrMalformed, as is a bad
-// SLO or priority header. The whole body is validated in one pass without
+// body that starts as an object but is malformed, or whose known fields
+// have the wrong type, is an error wrapping ErrMalformed, as is a bad SLO
+// or priority header. The whole body is checked in one pass without
 // allocating (except for the strings returned), so the cost grows linearly
-// with its size.
+// with its size: its structure (objects, arrays, where each string ends,
+// literals), every key and the fields read here are checked and decoded as
+// encoding/json would ("mod\u0065l" is the key model); the escapes and
+// characters inside the strings it skips and the digits of the numbers it
+// skips are not, which leaves them to the model server's own JSON reader
+// and its 400 (FuzzParseRequest holds it to this).
 //
 // The prompt is not read here: Prepare renders and hashes it once the route
 // (model and adapter) is known. ParseRequestPrompt reads it in the same pass.

@@ -150,6 +150,29 @@ func TestParseHeadersDoNotAllocate(t *testing.T) {
 	assert.Contains(t, err.Error(), "header x-inferroute-priority:", "errors name the header as documented")
 }
 
+// TestParseRequestEscapedKeys: a key is read as a model server's JSON
+// reader reads it, escapes decoded, so that a client cannot route by one
+// model and be served another ("mod\u0065l" after "model" is, to vLLM's
+// reader, the model).
+func TestParseRequestEscapedKeys(t *testing.T) {
+	body := []byte(`{"model":"cheap","str\u0065am":true,"mod\u0065l":"expensive","us\u0065r":"u-1",` +
+		`"messages":[{"r\u006fle":"user","c\u006fntent":"hi"}]}`)
+	for _, ps := range parsers {
+		t.Run(ps.name, func(t *testing.T) {
+			p, err := ps.parse("/v1/chat/completions", nil, body, ParseOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, "expensive", p.Model)
+			assert.True(t, p.Stream)
+			assert.Equal(t, "u-1", p.SessionKey)
+			out := p.RewriteModel(body, "served")
+			q, err := ps.parse("/v1/chat/completions", nil, out, ParseOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, "served", q.Model)
+			assert.Contains(t, string(out), `"model":"cheap"`, "the earlier, shadowed key is left alone")
+		})
+	}
+}
+
 func TestParseRequestErrors(t *testing.T) {
 	tests := []struct {
 		name, body string
@@ -168,6 +191,7 @@ func TestParseRequestErrors(t *testing.T) {
 		{"deep nesting", `{"x":` + strings.Repeat("[", 300) + strings.Repeat("]", 300) + `}`, nil, ""},
 		{"bad priority", `{}`, http.Header{"X-Inferroute-Priority": {"high"}}, ""},
 		{"bad SLO", `{}`, http.Header{"X-Slo-Ttft-Ms": {"-5"}}, ""},
+		{"bad escape in a key", `{"mo\del":"m"}`, nil, ""},
 	}
 	for _, ps := range parsers {
 		for _, tc := range tests {

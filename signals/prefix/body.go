@@ -180,8 +180,8 @@ func (pr *Prompt) Hash(dst []uint64, model, adapter string) []uint64 {
 // prompt text are unescaped as they are found), and the text is kept,
 // unhashed, for Hash.
 //
-// When field is not nil it is called, in body order, with the raw bytes of
-// every top-level key (escapes not decoded) and the span [start, end) of its
+// When field is not nil it is called, in body order, with every top-level
+// key (escapes decoded) and the span [start, end) of its
 // value in body, after the value has been read; field must not retain key.
 // An error from field stops Read, which returns it unchanged.
 //
@@ -204,8 +204,8 @@ func (pr *Prompt) Read(body []byte, field func(key []byte, start, end int) error
 	return end, nil
 }
 
-// Fields calls field with the raw bytes of every top-level key of the JSON
-// object body (escapes not decoded) and the span [start, end) of its value,
+// Fields calls field with every top-level key of the JSON object body
+// (escapes decoded: "mod\u0065l" is model) and the span [start, end) of its value,
 // in body order, reading the object with the scanner of Read but rendering
 // nothing: for a router that reads other fields of a body whose prompt it
 // does not hash, or fields of a response. Values are checked for structure
@@ -228,7 +228,7 @@ func Fields(body []byte, field func(key []byte, start, end int) error) (end int,
 		return s.i, nil
 	}
 	for {
-		ks, ke, ok := s.member()
+		key, ok := s.member()
 		if !ok {
 			return s.i, s.fail()
 		}
@@ -236,7 +236,7 @@ func Fields(body []byte, field func(key []byte, start, end int) error) (end int,
 		if !s.skip(0) {
 			return s.i, s.fail()
 		}
-		if err := field(body[ks:ke], v0, s.i); err != nil {
+		if err := field(key, v0, s.i); err != nil {
 			return s.i, err
 		}
 		s.ws()
@@ -271,12 +271,11 @@ func (pr *Prompt) render(body []byte, field func(key []byte, start, end int) err
 	s.ws()
 	if !s.eat('}') {
 		for {
-			ks, ke, ok := s.member()
+			key, ok := s.member()
 			if !ok {
 				return s.i, s.fail()
 			}
 			v0 := s.i
-			key := body[ks:ke]
 			switch {
 			case string(key) == "messages" && !msgs.ok() && v0 < len(body) && body[v0] == '[':
 				// Render the messages during this scan (after any tools or
@@ -608,11 +607,10 @@ func (pr *Prompt) message() error {
 	s.ws()
 	if !s.eat('}') {
 		for {
-			ks, ke, ok := s.member()
+			key, ok := s.member()
 			if !ok {
 				return s.fail()
 			}
-			key := b[ks:ke]
 			if string(key) == "content" && !direct && s.i < len(b) && (b[s.i] == '"' || b[s.i] == '[') {
 				v0 := s.i
 				if role.ok {
@@ -784,7 +782,7 @@ func (pr *Prompt) part() error {
 	s.ws()
 	if !s.eat('}') {
 		for {
-			ks, ke, ok := s.member()
+			key, ok := s.member()
 			if !ok {
 				return s.fail()
 			}
@@ -792,7 +790,7 @@ func (pr *Prompt) part() error {
 			if !ok {
 				return s.fail()
 			}
-			switch string(b[ks:ke]) {
+			switch string(key) {
 			case "text":
 				text = sv
 			case "type":
@@ -978,19 +976,33 @@ func (s *scan) eat(c byte) bool {
 }
 
 // member reads an object member's key and the colon after it, with the
-// blanks around them, leaving s at the value: the start and end of the
-// key's contents, or ok false with s where the member is malformed.
-func (s *scan) member() (start, end int, ok bool) {
+// blanks around them, leaving s at the value. It returns the key's
+// contents, with its escapes decoded when it has any (into a new slice:
+// such keys are rare, and a key must outlive the members nested in its
+// value), so that "mod\u0065l" is the key model, as every JSON reader
+// behind a router reads it; or ok false with s where the member is
+// malformed (a bad escape in the key included).
+func (s *scan) member() (key []byte, ok bool) {
 	s.ws()
-	if start, end, ok = s.str(); !ok {
-		return start, end, false
+	at := s.i
+	start, end, ok := s.str()
+	if !ok {
+		return nil, false
+	}
+	key = s.b[start:end]
+	if bytes.IndexByte(key, '\\') >= 0 {
+		var next int
+		if key, next, ok = appendString(nil, s.b, at); !ok || next != end+1 {
+			s.i = at
+			return nil, false
+		}
 	}
 	s.ws()
 	if !s.eat(':') {
-		return start, end, false
+		return nil, false
 	}
 	s.ws()
-	return start, end, true
+	return key, true
 }
 
 // str reads the string at s.i (which must be a quote) and returns the

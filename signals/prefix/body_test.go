@@ -25,6 +25,7 @@ var edgeBodies = []string{
 	`{"messages":[]}`,
 	`{"messages":null}`,
 	`{"messages":[{"role":"user","content":"plain"}]}`,
+	`{"mess\u0061ges":[{"r\u006fle":"user","c\u006Ftent":"escaped keys"}]}`,
 	`{"messages":[{"content":"content first","role":"user","name":"n"}]}`,
 	`{"messages":[{"role":"user","content":"name after","name":"bob"}]}`,
 	`{"messages":[{"role":"user","content":"one","content":"two"}]}`,
@@ -171,6 +172,9 @@ func TestHashBodyMatchesLegacy(t *testing.T) {
 		t.Run(filepath.Base(name), func(t *testing.T) { checkLegacy(t, body) })
 	}
 	for _, body := range append(append([]string{}, edgeBodies...), longBodies()...) {
+		if _, escaped := plainKeys([]byte(body)); escaped {
+			continue // the first version read keys raw (TestHashBodyMatchesReference covers these)
+		}
 		t.Run(body[:min(len(body), 40)], func(t *testing.T) { checkLegacy(t, []byte(body)) })
 	}
 }
@@ -274,14 +278,18 @@ func FuzzHashBody(f *testing.F) {
 		if err != nil && wantErr == nil && !json.Valid(body) {
 			return // stricter than the first version on invalid JSON (a number such as .5)
 		}
-		if (wantErr != nil) != (err != nil) {
-			t.Fatalf("error %v, legacy %v", err, wantErr)
+		// The first version read keys raw; keys are decoded now, which the
+		// reference below checks.
+		if _, escaped := plainKeys(body); !escaped || bytes.IndexByte(body, '\\') < 0 {
+			if (wantErr != nil) != (err != nil) {
+				t.Fatalf("error %v, legacy %v", err, wantErr)
+			}
+			if err == nil && (n != wantN || !equalHashes(got, want)) {
+				t.Fatalf("got %d bytes %x, legacy %d bytes %x", n, got, wantN, want)
+			}
 		}
 		if err != nil {
 			return
-		}
-		if n != wantN || !equalHashes(got, want) {
-			t.Fatalf("got %d bytes %x, legacy %d bytes %x", n, got, wantN, want)
 		}
 		ref, ok := referenceRender(body)
 		if !ok {
@@ -329,7 +337,7 @@ func (r refPrompt) hash(h *Hasher) []uint64 {
 // bodies outside what it models: not valid JSON, not UTF-8, an escaped key,
 // a repeated top-level key, or nesting deeper than the scanner allows.
 func referenceRender(body []byte) (r refPrompt, ok bool) {
-	if !json.Valid(body) || !utf8.Valid(body) || !plainKeys(body) {
+	if plain, _ := plainKeys(body); !json.Valid(body) || !utf8.Valid(body) || !plain {
 		return r, false
 	}
 	var top map[string]json.RawMessage
@@ -358,9 +366,10 @@ func referenceRender(body []byte) (r refPrompt, ok bool) {
 	return refPrompt{text: rr.text, ids: rr.ids, tokens: rr.tokens, bytes: rr.bytes}, true
 }
 
-// plainKeys reports whether body, valid JSON, has no object key with an
-// escape, no repeated top-level key and no nesting deeper than 200.
-func plainKeys(body []byte) bool {
+// plainKeys reports whether body, valid JSON, has no repeated top-level
+// key and no nesting deeper than 200 (the reference's limits), and whether
+// any object key has an escape.
+func plainKeys(body []byte) (plain, escaped bool) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	type frame struct {
 		object, wantKey bool
@@ -370,10 +379,10 @@ func plainKeys(body []byte) bool {
 	for {
 		tok, err := dec.Token()
 		if err == io.EOF {
-			return true
+			return true, escaped
 		}
 		if err != nil || len(stack) > 200 {
-			return false
+			return false, escaped
 		}
 		if d, isDelim := tok.(json.Delim); isDelim {
 			switch d {
@@ -403,11 +412,11 @@ func plainKeys(body []byte) bool {
 		end := int(dec.InputOffset())
 		raw := `"` + key + `"`
 		if end < len(raw) || string(body[end-len(raw):end]) != raw {
-			return false
+			escaped = true
 		}
 		if len(stack) == 1 {
 			if top.keys[key] {
-				return false
+				return false, escaped
 			}
 			top.keys[key] = true
 		}
@@ -606,6 +615,20 @@ func refInt(x json.RawMessage) (int, bool) {
 	return n, true
 }
 
+// TestEscapedKeysHashAsPlain: a key is read with its escapes decoded, as
+// the model server reads it, so the prompt of a body that spells
+// "messages" with an escape is the prompt, not an unknown field.
+func TestEscapedKeysHashAsPlain(t *testing.T) {
+	h := NewHasher(HashConfig{BlockBytes: 16})
+	plain, n, err := h.HashBody(nil, "m", "", []byte(`{"messages":[{"role":"user","content":"a prompt long enough for blocks"}]}`))
+	require.NoError(t, err)
+	require.NotEmpty(t, plain)
+	escaped, n2, err := h.HashBody(nil, "m", "", []byte(`{"mess\u0061ges":[{"r\u006fle":"user","cont\u0065nt":"a prompt long enough for blocks"}]}`))
+	require.NoError(t, err)
+	assert.Equal(t, n, n2)
+	assert.Equal(t, plain, escaped)
+}
+
 func TestFields(t *testing.T) {
 	tests := []struct {
 		name, body string
@@ -616,7 +639,8 @@ func TestFields(t *testing.T) {
 		{"empty", ` {} `, nil, 3, false},
 		{"kinds", `{"a":1,"b":-2.5e3,"c":"s\"q","d":[1,{"x":null}],"e":{"f":true},"g":false}`,
 			[]string{`a=1`, `b=-2.5e3`, `c="s\"q"`, `d=[1,{"x":null}]`, `e={"f":true}`, `g=false`}, -1, false},
-		{"raw keys", `{"m\u0061":1}`, []string{`m\u0061=1`}, -1, false},
+		{"keys decoded", `{"m\u0061":1,"\"":2}`, []string{`ma=1`, `"=2`}, -1, false},
+		{"bad escape in a key", `{"m\x":1}`, nil, 0, true},
 		{"trailing data is not read", `{"a":1} x`, []string{`a=1`}, 7, false},
 		{"not an object", `[1]`, nil, 0, true},
 		{"empty body", ``, nil, 0, true},
