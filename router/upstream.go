@@ -472,7 +472,11 @@ func parseHead(s string, lines int) (*http.Response, error) {
 				return nil, errors.New("inferroute router: malformed response header continuation")
 			}
 			vs := h[last]
-			vs[len(vs)-1] += " " + trimOWS(line)
+			if prev := vs[len(vs)-1]; prev == "" {
+				vs[len(vs)-1] = trimOWS(line) // no space before the value, as net/http reads it
+			} else {
+				vs[len(vs)-1] = prev + " " + trimOWS(line)
+			}
 			continue
 		}
 		k, v, ok := cut(line, ':')
@@ -639,6 +643,13 @@ func (pc *h1Conn) frame(resp *http.Response, req *h1Request) error {
 	body.keep = resp.ProtoMinor >= 1 && !hasToken(h["Connection"], "close")
 	if resp.ProtoMinor == 0 {
 		body.keep = hasToken(h["Connection"], "keep-alive")
+		if _, ok := h["Transfer-Encoding"]; ok {
+			// HTTP/1.0 has no transfer codings: the framing is faulty
+			// (RFC 9112 section 6.1). Read the body without it, as
+			// net/http does, and close the connection after it.
+			delete(h, "Transfer-Encoding")
+			body.keep = false
+		}
 	}
 	code := resp.StatusCode
 	switch {

@@ -165,6 +165,18 @@ func TestH1ClientFraming(t *testing.T) {
 			status: 200, body: "ok", length: 2, reuse: true,
 		},
 		{
+			// HTTP/1.0 has no chunked coding (RFC 9112 section 6.1): read
+			// to the close, as net/http does (found by FuzzUpstreamResponse).
+			name:   "http/1.0 with transfer-encoding",
+			raw:    "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+			status: 200, body: "2\r\nok\r\n0\r\n\r\n", length: -1, absent: []string{"Transfer-Encoding"}, reuse: false, close: true,
+		},
+		{
+			name:   "folded header with an empty first line",
+			raw:    "HTTP/1.1 200 OK\r\nX-Fold:\r\n  folded\r\nX-Empty: a\r\n \r\nContent-Length: 2\r\n\r\nok",
+			status: 200, body: "ok", length: 2, header: http.Header{"X-Fold": {"folded"}, "X-Empty": {"a "}}, reuse: true,
+		},
+		{
 			name:   "interim 100 continue",
 			raw:    "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 3\r\n\r\nyes",
 			status: 201, body: "yes", length: 3, reuse: true,
