@@ -181,8 +181,8 @@ func (pr *Prompt) Hash(dst []uint64, model, adapter string) []uint64 {
 // unhashed, for Hash.
 //
 // When field is not nil it is called, in body order, with every top-level
-// key (escapes decoded) and the span [start, end) of its
-// value in body, after the value has been read; field must not retain key.
+// key (escapes decoded) and the span [start, end) of its value in body,
+// after the value has been read; field must not retain key.
 // An error from field stops Read, which returns it unchanged.
 //
 // Read returns the offset just after the object's closing brace (what
@@ -205,13 +205,14 @@ func (pr *Prompt) Read(body []byte, field func(key []byte, start, end int) error
 }
 
 // Fields calls field with every top-level key of the JSON object body
-// (escapes decoded: "mod\u0065l" is model) and the span [start, end) of its value,
-// in body order, reading the object with the scanner of Read but rendering
-// nothing: for a router that reads other fields of a body whose prompt it
-// does not hash, or fields of a response. Values are checked for structure
-// (strings terminated, brackets balanced, literals and numbers spelled),
-// not decoded; nesting is limited to 256 levels. field must not retain key.
-// An error from field stops Fields, which returns it unchanged.
+// (escapes decoded: "mod\u0065l" is model) and the span [start, end) of
+// its value, in body order, reading the object with the scanner of Read
+// but rendering nothing: for a router that reads other fields of a body
+// whose prompt it does not hash, or fields of a response. Values are
+// checked for structure (strings terminated, brackets balanced, literals
+// and numbers spelled), not decoded; nesting is limited to 256 levels.
+// field must not retain key. An error from field stops Fields, which
+// returns it unchanged.
 //
 // Fields returns the offset just after the object's closing brace, or an
 // error wrapping ErrBadBody, with the byte offset, when body (after blanks)
