@@ -293,11 +293,13 @@ func FuzzUpstreamResponse(f *testing.F) {
 			_ = resp.Body.Close()
 		}
 
-		var ref *http.Response
-		var refBody []byte
+		var (
+			ref     *http.Response
+			refBody []byte
+			refErr  error
+		)
 		br := bufio.NewReaderSize(bytes.NewReader(raw), 4096)
 		refReq := &http.Request{Method: http.MethodPost}
-		refErr := error(nil)
 		for {
 			ref, refErr = http.ReadResponse(br, refReq)
 			if refErr != nil || ref.StatusCode >= 200 || ref.StatusCode == http.StatusSwitchingProtocols {

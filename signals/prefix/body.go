@@ -992,8 +992,9 @@ func (s *scan) member() (key []byte, ok bool) {
 	}
 	key = s.b[start:end]
 	if bytes.IndexByte(key, '\\') >= 0 {
-		var next int
-		if key, next, ok = appendString(nil, s.b, at); !ok || next != end+1 {
+		// appendString ends at the quote str found: both stop at the first
+		// quote not escaped by an odd run of backslashes.
+		if key, _, ok = appendString(nil, s.b, at); !ok {
 			s.i = at
 			return nil, false
 		}
