@@ -32,9 +32,11 @@ type instruments struct {
 }
 
 // endpointOpts are one endpoint's attribute sets: for picks, and for
-// completions by result.
+// completions by result. Each is a one-element slice passed with "...":
+// passing the option itself would make every Add allocate the variadic
+// slice, which escapes through the instrument's interface.
 type endpointOpts struct {
-	picked, ok, failed, connectError metric.MeasurementOption
+	picked, ok, failed, connectError []metric.AddOption
 }
 
 func (in *instruments) init(mp metric.MeterProvider) error {
@@ -73,11 +75,11 @@ func (in *instruments) endpointOpts(ep *signals.Endpoint) *endpointOpts {
 		return o.(*endpointOpts)
 	}
 	name := attribute.String("endpoint", ep.Name)
-	result := func(r string) metric.MeasurementOption {
-		return metric.WithAttributeSet(attribute.NewSet(name, attribute.String("result", r)))
+	result := func(r string) []metric.AddOption {
+		return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(name, attribute.String("result", r)))}
 	}
 	o := &endpointOpts{
-		picked:       metric.WithAttributeSet(attribute.NewSet(name)),
+		picked:       []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(name))},
 		ok:           result("ok"),
 		failed:       result("error"),
 		connectError: result("connect_error"),
@@ -108,7 +110,7 @@ func (in *instruments) picked(ctx context.Context, ep *signals.Endpoint, d time.
 		return
 	}
 	in.duration.Record(ctx, d.Seconds())
-	in.picks.Add(ctx, 1, in.endpointOpts(ep).picked)
+	in.picks.Add(ctx, 1, in.endpointOpts(ep).picked...)
 }
 
 func (in *instruments) failed(ctx context.Context, e *Error, d time.Duration) {
@@ -136,5 +138,5 @@ func (in *instruments) done(ep *signals.Endpoint, info DoneInfo) {
 	case info.Err != nil:
 		opt = o.failed
 	}
-	in.outcomes.Add(context.Background(), 1, opt)
+	in.outcomes.Add(context.Background(), 1, opt...)
 }

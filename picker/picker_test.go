@@ -762,3 +762,28 @@ func TestTieBandRotates(t *testing.T) {
 	cfg.Strategy.TieBand = 2
 	require.ErrorContains(t, p.Reconfigure(cfg), "strategy.tieBand: 2 is not in [0, 1]")
 }
+
+// TestInstrumentedPickDoneAllocations holds a metered Pick and Done to the
+// allocations of an unmetered one: the per-endpoint attribute options are
+// built once, and recording them must not allocate the variadic option
+// slice on every Add (it escapes through the instrument's interface).
+func TestInstrumentedPickDoneAllocations(t *testing.T) {
+	count := func(opts ...Option) float64 {
+		a, b := ep("a", 0, 0, 0), ep("b", 0, 5, 0)
+		p, _ := newPicker(t, Config{Scorers: []Plugin{{Name: scorer.ScorerQueue, Weight: 2}}}, []*signals.Endpoint{a, b}, opts...)
+		ctx := context.Background()
+		return testing.AllocsPerRun(200, func() {
+			res, err := p.Pick(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Done(DoneInfo{})
+		})
+	}
+	plain := count()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	metered := count(WithMeterProvider(mp))
+	if !raceEnabled {
+		assert.Equal(t, plain, metered, "allocations per Pick and Done: %v unmetered, %v metered", plain, metered)
+	}
+}

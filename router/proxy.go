@@ -754,10 +754,23 @@ func (p *Proxy) bufferJSON(w http.ResponseWriter, r *http.Request, c *call, fb *
 	if c.route.Rewrites() {
 		out = rewriteModelField(buf, c.route.ClientModel)
 	}
-	h.Set("Content-Length", strconv.Itoa(len(out)))
+	if !isLength(h["Content-Length"], len(out)) {
+		// Only when the length changed (a rewritten model name) or the
+		// upstream sent none: setting it allocates.
+		h.Set("Content-Length", strconv.Itoa(len(out)))
+	}
 	w.WriteHeader(status)
 	_, err := w.Write(out)
 	return status, err
+}
+
+// isLength reports whether vs is one Content-Length value equal to n.
+func isLength(vs []string, n int) bool {
+	if len(vs) != 1 {
+		return false
+	}
+	v, ok := parseLength(vs[0])
+	return ok && v == int64(n)
 }
 
 // copyBody streams a response of another content type, flushing after each

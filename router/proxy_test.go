@@ -236,6 +236,7 @@ func TestProxyNonStreaming(t *testing.T) {
 	b, err := io.ReadAll(r.Body)
 	require.NoError(t, err)
 	assert.Equal(t, string(resp), string(b))
+	assert.Equal(t, strconv.Itoa(len(resp)), r.Header.Get("Content-Length"))
 	assert.Equal(t, body, (<-got).body, "the body is forwarded unchanged")
 	o := e.rec.next(t)
 	assert.Equal(t, "ep0", o.ep)

@@ -253,7 +253,7 @@ func (pc *h1Conn) exchange(t *h1Client, ctx context.Context, req *h1Request) (*h
 		}
 		return nil, err
 	}
-	resp, err := pc.readResponse(req)
+	r, err := pc.readResponse(req)
 	if err != nil {
 		stop()
 		if pc.reused && isStaleRead(err) {
@@ -261,13 +261,18 @@ func (pc *h1Conn) exchange(t *h1Client, ctx context.Context, req *h1Request) (*h
 		}
 		return nil, err
 	}
-	body := resp.Body.(*h1Body)
-	body.t, body.stop = t, stop
-	if body.mode == bodyNone {
-		body.finish(nil)
-		resp.Body = http.NoBody
+	r.body.t, r.body.stop = t, stop
+	if r.body.mode == bodyNone {
+		r.body.finish(nil)
+		r.Body = http.NoBody
 	}
-	return resp, nil
+	return &r.Response, nil
+}
+
+// h1Response is a response with its body, allocated together.
+type h1Response struct {
+	http.Response
+	body h1Body
 }
 
 // isStaleRead reports whether err is what reading the response from a
@@ -378,7 +383,7 @@ const (
 
 // readResponse reads the status line and headers of the final response,
 // skipping interim 1xx responses.
-func (pc *h1Conn) readResponse(req *h1Request) (*http.Response, error) {
+func (pc *h1Conn) readResponse(req *h1Request) (*h1Response, error) {
 	for {
 		resp, err := pc.readHead()
 		if err != nil {
@@ -391,7 +396,7 @@ func (pc *h1Conn) readResponse(req *h1Request) (*http.Response, error) {
 }
 
 // readHead reads one status line and header section.
-func (pc *h1Conn) readHead() (*http.Response, error) {
+func (pc *h1Conn) readHead() (*h1Response, error) {
 	raw := pc.raw[:0]
 	lines := 0
 	for {
@@ -426,11 +431,12 @@ func (pc *h1Conn) readHead() (*http.Response, error) {
 
 // parseHead parses a status line and header section (with its ending blank
 // line) into a Response without a body.
-func parseHead(s string, lines int) (*http.Response, error) {
+func parseHead(s string, lines int) (*h1Response, error) {
 	eol := indexEOL(s)
 	status := s[:eol]
 	s = s[eol:]
-	resp := &http.Response{}
+	r := &h1Response{}
+	resp := &r.Response
 	proto, rest, ok := cut(status, ' ')
 	if !ok {
 		return nil, fmt.Errorf("inferroute router: malformed status line %q", status)
@@ -495,7 +501,7 @@ func parseHead(s string, lines int) (*http.Response, error) {
 		last = k
 	}
 	resp.Header = h
-	return resp, nil
+	return r, nil
 }
 
 // indexEOL returns the index of the line ending at the start of the rest
@@ -635,9 +641,9 @@ func equalFold(a, b string) bool {
 
 // frame decides the body's length (RFC 9112 section 6.3) and whether the
 // connection can be reused, and sets resp.Body and resp.ContentLength.
-func (pc *h1Conn) frame(resp *http.Response, req *h1Request) error {
-	h := resp.Header
-	body := &h1Body{pc: pc}
+func (pc *h1Conn) frame(r *h1Response, req *h1Request) error {
+	resp, h, body := &r.Response, r.Header, &r.body
+	body.pc = pc
 	resp.Body = body
 	resp.ContentLength = -1
 	body.keep = resp.ProtoMinor >= 1 && !hasToken(h["Connection"], "close")
@@ -688,8 +694,8 @@ func (pc *h1Conn) frame(resp *http.Response, req *h1Request) error {
 		return nil
 	}
 	if cl := h["Content-Length"]; len(cl) > 0 {
-		n, err := strconv.ParseInt(cl[0], 10, 64)
-		if err != nil || n < 0 {
+		n, ok := parseLength(cl[0])
+		if !ok {
 			return fmt.Errorf("inferroute router: malformed Content-Length %q", cl[0])
 		}
 		for _, v := range cl[1:] {
@@ -707,6 +713,24 @@ func (pc *h1Conn) frame(resp *http.Response, req *h1Request) error {
 	body.mode = bodyClose
 	body.keep = false
 	return nil
+}
+
+// parseLength parses a Content-Length value: 1*DIGIT (RFC 9110 section
+// 8.6), so no sign, which strconv.ParseInt would take and net/http's client
+// refuses.
+func parseLength(s string) (int64, bool) {
+	if s == "" || len(s) > 18 { // 18 digits cannot overflow an int64
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 func lastComma(s string) int {

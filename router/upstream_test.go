@@ -250,6 +250,8 @@ func TestH1ClientMalformedResponses(t *testing.T) {
 		{"bad code", "HTTP/1.1 2000 OK\r\n\r\n", "malformed status code"},
 		{"bad header line", "HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "malformed response header line"},
 		{"bad content-length", "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "malformed Content-Length"},
+		{"signed content-length", "HTTP/1.1 200 OK\r\nContent-Length: +2\r\n\r\nok", "malformed Content-Length"},
+		{"overflowing content-length", "HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775808\r\n\r\n", "malformed Content-Length"},
 		{"conflicting content-length", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", "conflicting Content-Length"},
 		{"cut in the headers", "HTTP/1.1 200 OK\r\nContent-", "unexpected EOF"},
 	}
@@ -518,4 +520,31 @@ func TestMediaType(t *testing.T) {
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, mediaType(tt.in), tt.in)
 	}
+}
+
+func TestParseLength(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"0", 0, true},
+		{"350", 350, true},
+		{"0350", 350, true},
+		{"999999999999999999", 999999999999999999, true},
+		{"", 0, false},
+		{"+350", 0, false},
+		{"-1", 0, false},
+		{"3 5", 0, false},
+		{"0x10", 0, false},
+		{"1000000000000000000", 0, false}, // 19 digits: refused rather than risk overflow
+	} {
+		n, ok := parseLength(tc.in)
+		assert.Equal(t, tc.ok, ok, "%q", tc.in)
+		assert.Equal(t, tc.want, n, "%q", tc.in)
+	}
+	assert.True(t, isLength([]string{"350"}, 350))
+	assert.False(t, isLength([]string{"350"}, 351))
+	assert.False(t, isLength([]string{"350", "350"}, 350))
+	assert.False(t, isLength(nil, 0))
 }
