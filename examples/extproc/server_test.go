@@ -615,3 +615,28 @@ func TestConcurrentStreams(t *testing.T) {
 	}
 	assert.Equal(t, uint64(n), dispatched)
 }
+
+// TestCustomParseHeaders reads the session and priority from header names
+// configured in lowercase, as Envoy sends them; the server canonicalizes
+// the names once, at NewServer.
+func TestCustomParseHeaders(t *testing.T) {
+	h := newHarness(t, setup{opts: extproc.Options{Parse: router.ParseOptions{
+		SessionHeader: "x-conversation", PriorityHeader: "x-tier"}}})
+	e := h.open(t)
+	e.send(requestHeaders(protocol(filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_STREAMED), false,
+		"x-conversation", "conv-42", "x-tier", "2"))
+	require.NotNil(t, e.recv().GetRequestHeaders())
+	e.send(requestBody(chatBody, true))
+	require.NotNil(t, e.recv().GetRequestBody())
+	e.send(responseHeaders("200", false, ""))
+	require.NotNil(t, e.recv().GetResponseHeaders())
+	e.send(responseBody("data: [DONE]\n\n", true))
+	require.NotNil(t, e.recv().GetResponseBody())
+	h.rec.waitCompleted(t, 1)
+	h.rec.mu.Lock()
+	req := h.rec.reqs[0]
+	h.rec.mu.Unlock()
+	assert.Equal(t, "conv-42", req.SessionKey)
+	assert.Equal(t, 2, req.Priority)
+	require.NoError(t, e.stream.CloseSend())
+}
