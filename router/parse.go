@@ -101,9 +101,11 @@ type ParseOptions struct {
 	PriorityHeader string
 }
 
-// canonical returns o with its header names in canonical form, so that
-// reading them per request does not canonicalize (and allocate) each time.
-func (o ParseOptions) canonical() ParseOptions {
+// Canonical returns o with its header names in canonical form. ParseRequest
+// reads the same headers either way, but a name not in canonical form is
+// canonicalized, which allocates, on every call: callers that parse many
+// requests with one ParseOptions canonicalize it once (NewProxy does).
+func (o ParseOptions) Canonical() ParseOptions {
 	if o.SessionHeader != "" {
 		o.SessionHeader = http.CanonicalHeaderKey(o.SessionHeader)
 	}

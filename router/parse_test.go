@@ -132,7 +132,7 @@ func TestParseHeadersDoNotAllocate(t *testing.T) {
 	assert.Equal(t, 3, p.Priority)
 
 	lower := ParseOptions{SessionHeader: "x-my-session", PriorityHeader: "x-my-priority"}
-	opts := lower.canonical()
+	opts := lower.Canonical()
 	allocs = testing.AllocsPerRun(100, func() {
 		if err := p.headers(h, opts); err != nil {
 			t.Fatal(err)

@@ -146,7 +146,7 @@ func NewProxy(t *Table, cfg Config) (*Proxy, error) {
 	if t == nil {
 		return nil, errors.New("router: nil table")
 	}
-	cfg.Parse = cfg.Parse.canonical()
+	cfg.Parse = cfg.Parse.Canonical()
 	p := &Proxy{cfg: cfg, transport: cfg.Transport, clock: cfg.Clock, hasher: cfg.Hasher, log: cfg.Logger}
 	if p.transport == nil {
 		p.h1 = newH1Client()

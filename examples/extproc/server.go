@@ -160,10 +160,7 @@ func NewServer(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	// Canonical once here, so that reading a custom header name on every
-	// request does not canonicalize (and allocate) it each time.
-	opts.Parse.SessionHeader = http.CanonicalHeaderKey(opts.Parse.SessionHeader)
-	opts.Parse.PriorityHeader = http.CanonicalHeaderKey(opts.Parse.PriorityHeader)
+	opts.Parse = opts.Parse.Canonical()
 	s := &Server{opts: opts, health: health.NewServer()}
 	for _, name := range HealthServices {
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
