@@ -2,10 +2,13 @@
 # Overhead of the inferroute gateway, measured side by side in one run on
 # loopback: wrk against (1) a backend directly, (2) nginx as a round-robin
 # proxy to the same backends, (3) the gateway (body parsing, prompt hashing,
-# routing table, scoring, picking, proxying), and, as a baseline for Go's
-# own cost, (4) httputil: the standard library's reverse proxy, round-robin
-# with no routing (httputilproxy/). Two bodies: a 1 KB chat request and a
-# 220 KB prompt. Prints a table of requests/s and p50/p99.
+# routing table, scoring, picking, proxying), and two Go baselines that do
+# no routing: (4) minproxy, the least a proxy served by net/http can do (a
+# pooled hand-written client, round-robin; minproxy/), whose ratio to nginx
+# is the most any net/http gateway can reach on the machine, and
+# (5) httputil, the standard library's reverse proxy (httputilproxy/). Two
+# bodies: a 1 KB chat request and a 220 KB prompt. Prints a table of
+# requests/s and p50/p99.
 #
 # Three measurements, each the same for every target, in one run:
 #   1. saturation: wrk closed loop, CONNS connections, ROUNDS rounds in
@@ -77,8 +80,9 @@ if ! command -v wrk >/dev/null || ! command -v nginx >/dev/null; then
 fi
 NGINX=$(command -v nginx)
 
-log "building backend, httputilproxy and gateway"
+log "building backend, minproxy, httputilproxy and gateway"
 (cd "$ROOT" && go build -o "$WORK/backend" ./benchmarks/overhead/backend)
+(cd "$ROOT" && go build -o "$WORK/minproxy" ./benchmarks/overhead/minproxy)
 (cd "$ROOT" && go build -o "$WORK/httputilproxy" ./benchmarks/overhead/httputilproxy)
 (cd "$ROOT" && go build -o "$WORK/gateway" ./examples/gateway)
 
@@ -155,12 +159,14 @@ for i in $(seq 1 "$BACKENDS"); do
 done
 DIRECT_PORT=$((BASE_PORT + 1))
 HTTPUTIL_PORT=$((BASE_PORT + 70))
+MINPROXY_PORT=$((BASE_PORT + 75))
 NGINX_PORT=$((BASE_PORT + 80))
 GATEWAY_PORT=$((BASE_PORT + 90))
 # The targets as name:port, in the order they alternate: every one in the
 # saturation and unloaded runs; FIXED_TARGETS, the three the issue names,
-# in the fixed-rate runs (httputil is a baseline for Go's own cost).
-TARGETS=(direct:$DIRECT_PORT nginx:$NGINX_PORT httputil:$HTTPUTIL_PORT gateway:$GATEWAY_PORT)
+# in the fixed-rate runs (minproxy and httputil are baselines for Go's own
+# cost).
+TARGETS=(direct:$DIRECT_PORT nginx:$NGINX_PORT minproxy:$MINPROXY_PORT httputil:$HTTPUTIL_PORT gateway:$GATEWAY_PORT)
 FIXED_TARGETS=(direct:$DIRECT_PORT nginx:$NGINX_PORT gateway:$GATEWAY_PORT)
 
 mkdir -p "$WORK/nginx/logs"
@@ -207,6 +213,8 @@ pools:
 $ENDPOINTS
 EOF
 "${SRV[@]}" "$WORK/httputilproxy" -listen "127.0.0.1:$HTTPUTIL_PORT" -upstreams "$UPLIST" &
+PIDS+=($!)
+"${SRV[@]}" "$WORK/minproxy" -listen "127.0.0.1:$MINPROXY_PORT" -upstreams "$UPLIST" &
 PIDS+=($!)
 PPROF_PORT=$((BASE_PORT + 91))
 GATEWAY_FLAGS=()
@@ -398,9 +406,9 @@ printf '%s\n' "${MEDIANS[@]}" | awk '
 		}
 		for (b = 1; b <= 2; b++) {
 			body = (b == 1) ? "1KB" : "220KB"
-			g = "gateway/" body; x = "nginx/" body; d = "direct/" body; h = "httputil/" body
-			printf "%s saturated: gateway/nginx req/s = %.2f (target >= 0.5); httputil/nginx = %.2f; gateway p99 - direct p99 = %.2f ms\n",
-				body, (rps[x] > 0 ? rps[g] / rps[x] : 0), (rps[x] > 0 ? rps[h] / rps[x] : 0), p99[g] - p99[d]
+			g = "gateway/" body; x = "nginx/" body; d = "direct/" body; h = "httputil/" body; m = "minproxy/" body
+			printf "%s saturated: gateway/nginx req/s = %.2f (target >= 0.5); minproxy/nginx = %.2f; httputil/nginx = %.2f; gateway p99 - direct p99 = %.2f ms\n",
+				body, (rps[x] > 0 ? rps[g] / rps[x] : 0), (rps[x] > 0 ? rps[m] / rps[x] : 0), (rps[x] > 0 ? rps[h] / rps[x] : 0), p99[g] - p99[d]
 		}
 	}'
 # Each round's ratio, to show the noise the medians smooth. RESULTS is in
@@ -411,11 +419,14 @@ printf '%s\n' "${RESULTS[@]}" | awk '
 		for (b = 1; b <= 2; b++) {
 			body = (b == 1) ? "1KB" : "220KB"
 			line = body " gateway/nginx req/s by round:"
+			mline = body " minproxy/nginx req/s by round:"
 			for (r = 0; r < rounds; r++) {
 				x = rps[body "/nginx", r]
 				line = line sprintf(" %.2f", x > 0 ? rps[body "/gateway", r] / x : 0)
+				mline = mline sprintf(" %.2f", x > 0 ? rps[body "/minproxy", r] / x : 0)
 			}
 			print line
+			print mline
 		}
 	}'
 if [ "$FIXED" = 1 ]; then
