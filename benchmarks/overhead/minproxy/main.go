@@ -44,6 +44,10 @@ import (
 // client_max_body_size in run.sh.
 const maxBody = 8 << 20
 
+// maxPooled is the largest request buffer kept for reuse, so that one large
+// body does not stay pinned in the pool.
+const maxPooled = 1 << 20
+
 // conn is one keep-alive connection to a backend.
 type conn struct {
 	nc net.Conn
@@ -119,9 +123,21 @@ type head struct {
 	close       bool
 }
 
+// ServeHTTP forwards a POST to the next backend and copies its answer
+// back; any other method gets 405, since a HEAD answer's Content-Length
+// announces a body that never comes.
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "minproxy forwards POST only", http.StatusMethodNotAllowed)
+		return
+	}
 	buf := p.bufs.Get().(*bytes.Buffer)
-	defer p.bufs.Put(buf)
+	defer func() {
+		if buf.Cap() <= maxPooled {
+			p.bufs.Put(buf)
+		}
+	}()
 	buf.Reset()
 	// The request head, then the body after it: one write per request.
 	buf.WriteString(r.Method)

@@ -170,6 +170,18 @@ func TestRefusesWhatItCannotFrame(t *testing.T) {
 	})
 }
 
+func TestPostOnly(t *testing.T) {
+	p, err := newProxy([]string{rawBackend(t, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")})
+	require.NoError(t, err)
+	front := httptest.NewServer(p)
+	defer front.Close()
+	resp, err := http.Head(front.URL + "/v1/models")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+	assert.Equal(t, http.MethodPost, resp.Header.Get("Allow"))
+}
+
 func TestNewProxyRejectsBadUpstreams(t *testing.T) {
 	_, err := newProxy(nil)
 	assert.Error(t, err)
