@@ -13,9 +13,10 @@
 // ReverseProxy and Transport instead.
 //
 // It forwards only what run.sh sends: POST bodies and answers framed by
-// Content-Length. Anything else (a chunked or unframed answer, a body over
-// 8 MiB, a backend that cannot be reached) gets a 502 or 413 with the
-// reason, never a silently wrong answer.
+// Content-Length. Anything else gets an error with the reason, never a
+// silently wrong answer: 405 for another method, 413 for a body over
+// 8 MiB, 502 for a chunked or unframed answer or a backend that cannot be
+// reached.
 //
 // Usage:
 //
