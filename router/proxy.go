@@ -342,6 +342,10 @@ func (p *Proxy) readBody(r *http.Request, c *call) error {
 			return fmt.Errorf("%w: more than %d bytes", ErrBodyTooLarge, limit)
 		}
 		if err == io.EOF {
+			// Closing a body read to its end costs nothing; left open,
+			// net/http drains it once more before the response head
+			// (an io.CopyN and an allocation per request).
+			_ = r.Body.Close()
 			break
 		}
 		if err != nil {

@@ -85,6 +85,7 @@ type h1Conn struct {
 	iov       [2][]byte
 	bufs      net.Buffers
 	raw       []byte
+	abort     func() // pc.interrupt, for context.AfterFunc
 	idleSince time.Time
 	reused    bool
 }
@@ -122,8 +123,14 @@ func (t *h1Client) get(ctx context.Context, h *h1Host, addr string, fresh bool) 
 	if err != nil {
 		return nil, err
 	}
-	return &h1Conn{host: h, nc: nc, br: bufio.NewReaderSize(nc, 32<<10)}, nil
+	pc := &h1Conn{host: h, nc: nc, br: bufio.NewReaderSize(nc, 32<<10)}
+	pc.abort = pc.interrupt // bound once: every exchange registers it
+	return pc, nil
 }
+
+// interrupt makes the connection's blocked and future I/O fail at once: the
+// request's context was cancelled (the client went away).
+func (pc *h1Conn) interrupt() { _ = pc.nc.SetDeadline(aLongTimeAgo) }
 
 // put returns a connection whose response was read to its end to the idle
 // pool, and arms the pool's expiry timer.
@@ -227,7 +234,11 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // exchange writes req on pc and reads the response's headers.
 func (pc *h1Conn) exchange(t *h1Client, ctx context.Context, req *h1Request) (*http.Response, error) {
-	stop := context.AfterFunc(ctx, func() { _ = pc.nc.SetDeadline(aLongTimeAgo) })
+	abort := pc.abort
+	if abort == nil {
+		abort = pc.interrupt
+	}
+	stop := context.AfterFunc(ctx, abort)
 	b, err := appendRequestHead(pc.wbuf[:0], req)
 	if err != nil {
 		stop()
