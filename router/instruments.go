@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -19,7 +20,10 @@ const instrumentationName = "github.com/inferroute/inferroute/router"
 type instruments struct {
 	sets sync.Map // attrKey → *attrSets, so a request allocates no attribute set
 
-	requests metric.Int64Counter
+	// counting is false without a meter provider: nothing would read the
+	// counts.
+	counting bool
+	requests metric.Int64ObservableCounter // reads attrSets.requests
 	duration metric.Float64Histogram
 	ttft     metric.Float64Histogram
 	retries  metric.Int64Counter
@@ -35,14 +39,24 @@ var (
 )
 
 func (in *instruments) init(mp metric.MeterProvider) error {
+	in.counting = mp != nil
 	if mp == nil {
 		mp = noop.NewMeterProvider()
 	}
 	m := mp.Meter(instrumentationName)
 	var err error
-	if in.requests, err = m.Int64Counter("inferroute.router.requests",
+	// The request counter is observed rather than added to: each request
+	// adds to an atomic in its cached attrSets, and the exporter reads the
+	// sums when it collects. A synchronous Add costs the SDK an attribute
+	// resolution and a map lookup under a lock per request, about 1.5% of
+	// the gateway's CPU at saturation; the duration histogram, which has
+	// no asynchronous form, keeps them.
+	if in.requests, err = m.Int64ObservableCounter("inferroute.router.requests",
 		metric.WithDescription("Requests handled by the router, by pool, model and HTTP status."),
 		metric.WithUnit("{request}")); err != nil {
+		return err
+	}
+	if _, err = m.RegisterCallback(in.observe, in.requests); err != nil {
 		return err
 	}
 	if in.duration, err = m.Float64Histogram("inferroute.router.request.duration",
@@ -76,9 +90,10 @@ type attrKey struct {
 }
 
 type attrSets struct {
-	add    []metric.AddOption    // request attributes, as Add options
-	record []metric.RecordOption // request attributes, as Record options
-	ttft   []metric.RecordOption
+	requests atomic.Int64 // requests counted under these attributes
+	observe  []metric.ObserveOption
+	record   []metric.RecordOption // request attributes, as Record options
+	ttft     []metric.RecordOption
 }
 
 // sets returns the cached attribute options of a (pool, model, code). The
@@ -94,20 +109,31 @@ func (in *instruments) setsFor(pool, model string, code int) *attrSets {
 	// Options are kept as slices, so that passing them to Add and Record
 	// allocates no variadic slice per request.
 	v, _ := in.sets.LoadOrStore(k, &attrSets{
-		add:    []metric.AddOption{request},
-		record: []metric.RecordOption{request},
-		ttft:   []metric.RecordOption{ttft},
+		observe: []metric.ObserveOption{request},
+		record:  []metric.RecordOption{request},
+		ttft:    []metric.RecordOption{ttft},
 	})
 	return v.(*attrSets)
 }
 
+// observe reports the request counts; the meter provider calls it when its
+// reader collects.
+func (in *instruments) observe(_ context.Context, o metric.Observer) error {
+	in.sets.Range(func(_, v any) bool {
+		s := v.(*attrSets)
+		o.ObserveInt64(in.requests, s.requests.Load(), s.observe...)
+		return true
+	})
+	return nil
+}
+
 func (in *instruments) request(ctx context.Context, c *call, status int, d, ttft time.Duration) {
-	if !in.requests.Enabled(ctx) && !in.duration.Enabled(ctx) {
+	if !in.counting {
 		return
 	}
 	pool, model := in.attrs(c)
 	sets := in.setsFor(pool, model, status)
-	in.requests.Add(ctx, 1, sets.add...)
+	sets.requests.Add(1)
 	in.duration.Record(ctx, d.Seconds(), sets.record...)
 	if ttft > 0 {
 		in.ttft.Record(ctx, ttft.Seconds(), sets.ttft...)

@@ -1,0 +1,85 @@
+package router
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/inferroute/inferroute/signals/signalstest"
+)
+
+// TestProxyMetrics: the router's instruments count every request by pool,
+// model and status, record every request's duration and every answered
+// request's TTFT, in the injected clock's time, as an exporter collects
+// them, twice in a row (the request counter is observed: the second
+// collection must see the totals, not the increments).
+func TestProxyMetrics(t *testing.T) {
+	resp := fixture(t, "openai-api/chat-completions.response.json")
+	var clock *signalstest.Clock
+	addr, _ := backend(t, jsonHandler(200, resp, func() { clock.Advance(40 * time.Millisecond) }))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	e := newEnv(t, Config{MeterProvider: mp}, addr)
+	clock = e.clock
+	body := string(fixture(t, "llm-d-inference-sim/chat-completions.request.json"))
+	send := func(body string, want int) {
+		r := e.post(t, "/v1/chat/completions", body, nil)
+		_, _ = io.Copy(io.Discard, r.Body)
+		require.Equal(t, want, r.StatusCode)
+	}
+	for range 3 {
+		send(body, 200)
+	}
+	send(strings.Replace(body, baseModel, "no-such-model", 1), 404)
+
+	collect := func() (requests map[string]int64, durations, ttfts uint64, ttftSum float64) {
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(context.Background(), &rm))
+		requests = map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				switch m.Name {
+				case "inferroute.router.requests":
+					sum, ok := m.Data.(metricdata.Sum[int64])
+					require.True(t, ok, "a sum: %T", m.Data)
+					assert.True(t, sum.IsMonotonic)
+					assert.Equal(t, metricdata.CumulativeTemporality, sum.Temporality)
+					for _, dp := range sum.DataPoints {
+						pool, _ := dp.Attributes.Value("pool")
+						model, _ := dp.Attributes.Value("model")
+						code, _ := dp.Attributes.Value("code")
+						requests[pool.AsString()+"|"+model.AsString()+"|"+code.AsString()] += dp.Value
+					}
+				case "inferroute.router.request.duration":
+					for _, dp := range m.Data.(metricdata.Histogram[float64]).DataPoints {
+						durations += dp.Count
+					}
+				case "inferroute.router.ttft":
+					for _, dp := range m.Data.(metricdata.Histogram[float64]).DataPoints {
+						ttfts += dp.Count
+						ttftSum += dp.Sum
+					}
+				}
+			}
+		}
+		return requests, durations, ttfts, ttftSum
+	}
+	want := map[string]int64{"llama|" + baseModel + "|200": 3, "||404": 1}
+	for i := range 2 {
+		requests, durations, ttfts, ttftSum := collect()
+		assert.Equal(t, want, requests, "collection %d", i+1)
+		assert.Equal(t, uint64(4), durations, "collection %d: every request's duration", i+1)
+		assert.Equal(t, uint64(3), ttfts, "collection %d: the TTFT of each answered request", i+1)
+		assert.InDelta(t, 3*0.040, ttftSum, 1e-9, "collection %d: TTFT in the injected clock's seconds", i+1)
+	}
+	send(body, 200)
+	requests, _, _, _ := collect()
+	assert.Equal(t, int64(4), requests["llama|"+baseModel+"|200"], "counts keep growing after a collection")
+}
