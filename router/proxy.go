@@ -587,6 +587,7 @@ func (p *Proxy) h1Request(r *http.Request, c *call, ep *signals.Endpoint) *h1Req
 		header:     c.hdr,
 		body:       c.send,
 		sendLength: r.Method != http.MethodGet && r.Method != http.MethodHead,
+		watchNow:   p.cfg.UpstreamTimeout > 0,
 	}
 	if p.endpointH != "" {
 		c.h1req.extraKey, c.h1req.extraValue = p.endpointH, ep.Address

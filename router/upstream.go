@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -87,7 +88,12 @@ type h1Conn struct {
 	raw       []byte
 	abort     func() // pc.interrupt, for context.AfterFunc
 	idleSince time.Time
-	reused    bool
+
+	// The context of the exchange in flight, and the stop of the
+	// context.AfterFunc that watches it, once registered (see watchPeriod).
+	ctx    context.Context
+	stop   func() bool
+	reused bool
 }
 
 func (t *h1Client) host(addr string) *h1Host {
@@ -123,14 +129,80 @@ func (t *h1Client) get(ctx context.Context, h *h1Host, addr string, fresh bool) 
 	if err != nil {
 		return nil, err
 	}
-	pc := &h1Conn{host: h, nc: nc, br: bufio.NewReaderSize(nc, 32<<10)}
-	pc.abort = pc.interrupt // bound once: every exchange registers it
+	pc := &h1Conn{host: h, nc: nc}
+	pc.br = bufio.NewReaderSize(pc, 32<<10) // through pc.Read, which watches the context
+	pc.abort = pc.interrupt                 // bound once, not per exchange
 	return pc, nil
 }
 
 // interrupt makes the connection's blocked and future I/O fail at once: the
 // request's context was cancelled (the client went away).
 func (pc *h1Conn) interrupt() { _ = pc.nc.SetDeadline(aLongTimeAgo) }
+
+// watchPeriod is how long an exchange runs before its context is watched.
+//
+// A client that goes away must cancel its upstream request. The idiomatic
+// way, context.AfterFunc on the request's context, costs every request a
+// registration with the context (net/http's request context then allocates
+// its done channel and its children map) and its removal: together 4–5% of
+// the gateway's CPU at saturation, more than any single routing step. Most
+// requests of a busy gateway are answered in a fraction of a second
+// (embeddings, short and cached completions), so an exchange starts with a
+// plain I/O deadline watchPeriod ahead instead. If the deadline passes with
+// the exchange still going, the context is checked: ended, the exchange
+// fails with it; live, the deadline is cleared and the AfterFunc is
+// registered for the rest of the exchange, so a long request (a streaming
+// or a long completion) is cancelled at once when its client leaves. A
+// client that leaves during the first watchPeriod is noticed at its end.
+const watchPeriod = 100 * time.Millisecond
+
+// watch starts watching ctx for the exchange about to run: at once when now
+// is set, after watchPeriod otherwise.
+func (pc *h1Conn) watch(ctx context.Context, now bool) {
+	pc.ctx = ctx
+	if now {
+		pc.stop = context.AfterFunc(ctx, pc.abort)
+		return
+	}
+	_ = pc.nc.SetDeadline(time.Now().Add(watchPeriod))
+}
+
+// escalate is called with the error of an I/O call of the exchange. It
+// reports whether the call should go on: the error was the end of the
+// watch period and the context is live, which is watched from now on.
+func (pc *h1Conn) escalate(err error) bool {
+	if pc.ctx == nil || pc.stop != nil || !errors.Is(err, os.ErrDeadlineExceeded) || pc.ctx.Err() != nil {
+		return false
+	}
+	// Clear the deadline before registering: a context that ends in
+	// between then interrupts the connection after the clearing.
+	_ = pc.nc.SetDeadline(time.Time{})
+	pc.stop = context.AfterFunc(pc.ctx, pc.abort)
+	return true
+}
+
+// unwatch ends the watch of the exchange's context. It reports false when
+// the context ended and interrupted the connection, whose deadline is then
+// in the past: it must not be reused.
+func (pc *h1Conn) unwatch() bool {
+	ok := true
+	if pc.stop != nil {
+		ok = pc.stop()
+	}
+	pc.ctx, pc.stop = nil, nil
+	return ok
+}
+
+// Read implements io.Reader for the connection's bufio.Reader: it reads
+// from the network, going on past the end of the watch period.
+func (pc *h1Conn) Read(p []byte) (int, error) {
+	for {
+		n, err := pc.nc.Read(p)
+		if n > 0 || err == nil || !pc.escalate(err) {
+			return n, err
+		}
+	}
+}
 
 // put returns a connection whose response was read to its end to the idle
 // pool, and arms the pool's expiry timer.
@@ -197,6 +269,10 @@ type h1Request struct {
 	// sendLength writes Content-Length even for an empty body (every
 	// method but GET and HEAD).
 	sendLength bool
+	// watchNow watches the context from the start of the exchange rather
+	// than after watchPeriod: for a context that a timer ends
+	// (Config.UpstreamTimeout), whose expiry must cut the exchange at once.
+	watchNow bool
 }
 
 // do sends req and returns the response with its headers read. The body
@@ -234,31 +310,44 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // exchange writes req on pc and reads the response's headers.
 func (pc *h1Conn) exchange(t *h1Client, ctx context.Context, req *h1Request) (*http.Response, error) {
-	abort := pc.abort
-	if abort == nil {
-		abort = pc.interrupt
+	if pc.abort == nil {
+		pc.abort = pc.interrupt
 	}
-	stop := context.AfterFunc(ctx, abort)
+	pc.watch(ctx, req.watchNow)
 	b, err := appendRequestHead(pc.wbuf[:0], req)
 	if err != nil {
-		stop()
+		pc.unwatch()
 		return nil, err
 	}
 	if len(b)+len(req.body) <= 32<<10 {
 		b = append(b, req.body...)
-		_, err = pc.nc.Write(b)
+		for w := b; ; {
+			var n int
+			n, err = pc.nc.Write(w)
+			if err == nil || !pc.escalate(err) {
+				break
+			}
+			w = w[n:]
+		}
 	} else {
 		// One writev of the head and the body, which stays where it is.
+		// WriteTo consumes what it wrote, so a write cut by the end of the
+		// watch period goes on where it stopped.
 		pc.iov = [2][]byte{b, req.body}
 		pc.bufs = pc.iov[:]
-		_, err = pc.bufs.WriteTo(pc.nc)
+		for {
+			_, err = pc.bufs.WriteTo(pc.nc)
+			if err == nil || !pc.escalate(err) {
+				break
+			}
+		}
 		pc.iov = [2][]byte{}
 	}
 	if cap(b) <= 64<<10 {
 		pc.wbuf = b[:0]
 	}
 	if err != nil {
-		stop()
+		pc.unwatch()
 		if pc.reused {
 			return nil, fmt.Errorf("%w: %w", errStaleConn, err)
 		}
@@ -266,13 +355,13 @@ func (pc *h1Conn) exchange(t *h1Client, ctx context.Context, req *h1Request) (*h
 	}
 	r, err := pc.readResponse(req)
 	if err != nil {
-		stop()
+		pc.unwatch()
 		if pc.reused && isStaleRead(err) {
 			return nil, fmt.Errorf("%w: %w", errStaleConn, err)
 		}
 		return nil, err
 	}
-	r.body.t, r.body.stop = t, stop
+	r.body.t = t
 	if r.body.mode == bodyNone {
 		r.body.finish(nil)
 		r.Body = http.NoBody
@@ -759,7 +848,6 @@ func lastComma(s string) int {
 type h1Body struct {
 	pc     *h1Conn
 	t      *h1Client
-	stop   func() bool
 	r      io.Reader // chunked decoder
 	mode   int
 	remain int64
@@ -849,7 +937,7 @@ func (b *h1Body) finish(err error) {
 	b.done = true
 	b.err = err
 	reuse := err == nil && b.keep && b.mode != bodyClose
-	if b.stop != nil && !b.stop() {
+	if !b.pc.unwatch() {
 		reuse = false // the context ended: the connection's deadline is set
 	}
 	if reuse && b.pc.br.Buffered() == 0 {

@@ -548,3 +548,151 @@ func TestParseLength(t *testing.T) {
 	assert.False(t, isLength([]string{"350", "350"}, 350))
 	assert.False(t, isLength(nil, 0))
 }
+
+// watchCountingCtx counts the context.AfterFunc registrations on it:
+// context.AfterFunc defers to a context's own AfterFunc method when it
+// cannot see a cancelCtx through Value, which this one hides.
+type watchCountingCtx struct {
+	context.Context
+	n atomic.Int32
+}
+
+func newWatchCountingCtx(t *testing.T) (*watchCountingCtx, context.CancelFunc) {
+	parent, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	return &watchCountingCtx{Context: parent}, cancel
+}
+
+func (c *watchCountingCtx) AfterFunc(f func()) func() bool {
+	c.n.Add(1)
+	return context.AfterFunc(c.Context, f)
+}
+
+func (c *watchCountingCtx) Value(any) any { return nil }
+
+// TestH1ClientWatchesSlowExchangesOnly: an exchange answered within
+// watchPeriod never registers with its context; one that takes longer is
+// not cut by the period's deadline, goes on watched by an AfterFunc, and
+// leaves its connection reusable; watchNow registers at once.
+func TestH1ClientWatchesSlowExchangesOnly(t *testing.T) {
+	const answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	s := newRawServer(t, func(n int, _ *http.Request) (string, bool) {
+		if n == 2 {
+			time.Sleep(3 * watchPeriod)
+		}
+		return answer, false
+	})
+	cl := newH1Client()
+	ctx, _ := newWatchCountingCtx(t)
+	exchange := func(req *h1Request) {
+		t.Helper()
+		resp, err := cl.do(ctx, req)
+		require.NoError(t, err)
+		assert.Equal(t, "ok", readAll(t, resp))
+	}
+	// Dial with another context: net.Dialer registers with the one it has.
+	resp, err := cl.do(context.Background(), postTo(s.addr(), "{}"))
+	require.NoError(t, err)
+	assert.Equal(t, "ok", readAll(t, resp))
+	time.Sleep(2 * watchPeriod) // idle past the deadline the connection still carries
+	exchange(postTo(s.addr(), "{}"))
+	assert.Zero(t, ctx.n.Load(), "an exchange answered at once is not registered")
+	exchange(postTo(s.addr(), "{}"))
+	assert.Equal(t, int32(1), ctx.n.Load(), "an exchange past the watch period is registered")
+	time.Sleep(2 * watchPeriod) // idle past a deadline the connection may still carry
+	exchange(postTo(s.addr(), "{}"))
+	assert.Equal(t, int32(1), ctx.n.Load())
+	assert.Equal(t, int32(1), s.conns.Load(), "one connection served all four")
+	req := postTo(s.addr(), "{}")
+	req.watchNow = true
+	exchange(req)
+	assert.Equal(t, int32(2), ctx.n.Load(), "watchNow registers from the start")
+}
+
+// TestH1ClientCancelAfterWatchPeriod: once the watch period has passed, a
+// stalled body read is cut when the context ends (there is no deadline any
+// more: only the AfterFunc can end it), and the connection is not pooled.
+func TestH1ClientCancelAfterWatchPeriod(t *testing.T) {
+	s := newRawServer(t, func(n int, _ *http.Request) (string, bool) {
+		if n == 0 {
+			return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false
+		}
+		return "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial", false
+	})
+	cl := newH1Client()
+	// Dial with another context: net.Dialer registers with the one it has.
+	resp, err := cl.do(context.Background(), postTo(s.addr(), "{}"))
+	require.NoError(t, err)
+	assert.Equal(t, "ok", readAll(t, resp))
+	ctx, cancel := newWatchCountingCtx(t)
+	resp, err = cl.do(ctx, postTo(s.addr(), "{}"))
+	require.NoError(t, err)
+	read := make(chan error, 1)
+	go func() {
+		_, err := io.ReadAll(resp.Body)
+		read <- err
+	}()
+	require.Eventually(t, func() bool { return ctx.n.Load() == 1 }, 10*time.Second, 5*time.Millisecond,
+		"the stalled read outlives the watch period and registers")
+	select {
+	case err := <-read:
+		t.Fatalf("the read ended before the context did: %v", err)
+	case <-time.After(watchPeriod):
+	}
+	cancel()
+	select {
+	case err := <-read:
+		require.Error(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancelling the context did not end the read")
+	}
+	require.NoError(t, resp.Body.Close())
+	h := cl.host(s.addr())
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	assert.Empty(t, h.idle)
+}
+
+// TestH1ClientWriteOutlivesWatchPeriod: a request body that the server
+// leaves unread past the watch period (more than the socket buffers hold)
+// is written to its end, not cut by the period's deadline.
+func TestH1ClientWriteOutlivesWatchPeriod(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	got := make(chan int, 2)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for i := range 2 {
+			if i == 1 {
+				time.Sleep(3 * watchPeriod)
+			}
+			r, err := http.ReadRequest(br)
+			if err != nil {
+				got <- -1
+				return
+			}
+			n, _ := io.Copy(io.Discard, r.Body)
+			got <- int(n)
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	}()
+	cl := newH1Client()
+	// Dial with another context: net.Dialer registers with the one it has.
+	resp, err := cl.do(context.Background(), postTo(ln.Addr().String(), "{}"))
+	require.NoError(t, err)
+	assert.Equal(t, "ok", readAll(t, resp))
+	require.Equal(t, 2, <-got)
+	body := strings.Repeat("x", 32<<20)
+	ctx, _ := newWatchCountingCtx(t)
+	resp, err = cl.do(ctx, postTo(ln.Addr().String(), body))
+	require.NoError(t, err)
+	assert.Equal(t, "ok", readAll(t, resp))
+	assert.Equal(t, len(body), <-got, "the server read the whole body")
+	assert.Equal(t, int32(1), ctx.n.Load(), "the write outlived the watch period")
+}
