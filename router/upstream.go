@@ -89,11 +89,13 @@ type h1Conn struct {
 	abort     func() // pc.interrupt, for context.AfterFunc
 	idleSince time.Time
 
-	// The context of the exchange in flight, and the stop of the
-	// context.AfterFunc that watches it, once registered (see watchPeriod).
-	ctx    context.Context
-	stop   func() bool
-	reused bool
+	// The context of the exchange in flight, the stop of the
+	// context.AfterFunc that watches it once registered, and the
+	// connection's I/O deadline (see watchPeriod).
+	ctx      context.Context
+	stop     func() bool
+	deadline time.Time
+	reused   bool
 }
 
 func (t *h1Client) host(addr string) *h1Host {
@@ -148,23 +150,29 @@ func (pc *h1Conn) interrupt() { _ = pc.nc.SetDeadline(aLongTimeAgo) }
 // the gateway's CPU at saturation, more than any single routing step. Most
 // requests of a busy gateway are answered in a fraction of a second
 // (embeddings, short and cached completions), so an exchange starts with a
-// plain I/O deadline watchPeriod ahead instead. If the deadline passes with
-// the exchange still going, the context is checked: ended, the exchange
-// fails with it; live, the deadline is cleared and the AfterFunc is
-// registered for the rest of the exchange, so a long request (a streaming
-// or a long completion) is cancelled at once when its client leaves. A
-// client that leaves during the first watchPeriod is noticed at its end.
+// plain I/O deadline instead, between watchPeriod/2 and watchPeriod ahead:
+// the connection's deadline is moved only when less than half the period
+// is left, which spares most exchanges of a busy connection even that
+// timer update. If the deadline passes with the exchange still going, the
+// context is checked: ended, the exchange fails with it; live, the
+// deadline is cleared and the AfterFunc is registered for the rest of the
+// exchange, so a long request (a streaming or a long completion) is
+// cancelled at once when its client leaves. A client that leaves earlier
+// is noticed when the deadline passes.
 const watchPeriod = 100 * time.Millisecond
 
 // watch starts watching ctx for the exchange about to run: at once when now
-// is set, after watchPeriod otherwise.
+// is set, when the connection's deadline passes otherwise.
 func (pc *h1Conn) watch(ctx context.Context, now bool) {
 	pc.ctx = ctx
 	if now {
 		pc.stop = context.AfterFunc(ctx, pc.abort)
 		return
 	}
-	_ = pc.nc.SetDeadline(time.Now().Add(watchPeriod))
+	if t := time.Now(); pc.deadline.Sub(t) < watchPeriod/2 {
+		pc.deadline = t.Add(watchPeriod)
+		_ = pc.nc.SetDeadline(pc.deadline)
+	}
 }
 
 // escalate is called with the error of an I/O call of the exchange. It
@@ -177,6 +185,7 @@ func (pc *h1Conn) escalate(err error) bool {
 	// Clear the deadline before registering: a context that ends in
 	// between then interrupts the connection after the clearing.
 	_ = pc.nc.SetDeadline(time.Time{})
+	pc.deadline = time.Time{}
 	pc.stop = context.AfterFunc(pc.ctx, pc.abort)
 	return true
 }
