@@ -35,7 +35,9 @@
 // before any byte reached the client it retries on the pick's fallbacks
 // (bounded by Config.MaxRetries), reporting each failed endpoint. A stream
 // that breaks off after it began ends with an SSE error event; a client
-// that goes away cancels the upstream request. Hop-by-hop headers and
+// that goes away cancels the upstream request (at once, except during an
+// exchange's first 50–100 ms through the built-in client, where it is
+// noticed when that period ends: see below). Hop-by-hop headers and
 // client-supplied routing headers (HeaderDestination and
 // Config.StripHeaders) are removed before picking and forwarding.
 //
@@ -44,9 +46,12 @@
 // one write (one writev for a large body, which is never copied) and reads
 // the response itself, over a keep-alive pool per endpoint, so a request
 // costs no goroutine hand-offs (net/http.Transport's read and write loops)
-// and about half the allocations. Model servers speak HTTP/1.1 on plain TCP
-// behind a gateway; set Config.Transport (NewTransport, or any
-// http.RoundTripper) for TLS or HTTP/2 upstreams.
+// and about half the allocations. It registers with the request's context
+// (context.AfterFunc) only once an exchange outlives an I/O deadline 50 to
+// 100 ms ahead, so that the many short exchanges of a busy gateway do not
+// pay for it. Model servers speak HTTP/1.1 on plain TCP behind a gateway;
+// set Config.Transport (NewTransport, or any http.RoundTripper) for TLS or
+// HTTP/2 upstreams.
 //
 // Errors use OpenAI's shape {"error":{"message","type","param","code"}}:
 // 400 malformed JSON or headers, 404 model_not_found, 413 body over
