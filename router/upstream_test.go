@@ -435,10 +435,16 @@ func TestH1ClientCancelDuringBody(t *testing.T) {
 	_, err = io.ReadAll(resp.Body)
 	require.Error(t, err)
 	require.NoError(t, resp.Body.Close())
-	h := cl.host(s.addr())
+	assertNotPooled(t, cl, s.addr())
+}
+
+// assertNotPooled checks that cl holds no idle connection to addr.
+func assertNotPooled(t *testing.T, cl *h1Client, addr string) {
+	t.Helper()
+	h := cl.host(addr)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	assert.Empty(t, h.idle)
+	assert.Empty(t, h.idle, "no connection to %s is pooled", addr)
 }
 
 func TestH1ClientEarlyCloseDropsConnection(t *testing.T) {
@@ -647,10 +653,7 @@ func TestH1ClientCancelAfterWatchPeriod(t *testing.T) {
 		t.Fatal("cancelling the context did not end the read")
 	}
 	require.NoError(t, resp.Body.Close())
-	h := cl.host(s.addr())
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	assert.Empty(t, h.idle)
+	assertNotPooled(t, cl, s.addr())
 }
 
 // TestH1ClientWriteOutlivesWatchPeriod: a request body that the server
