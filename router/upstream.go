@@ -166,6 +166,11 @@ const watchPeriod = 100 * time.Millisecond
 func (pc *h1Conn) watch(ctx context.Context, now bool) {
 	pc.ctx = ctx
 	if now {
+		if !pc.deadline.IsZero() {
+			// Left by an earlier exchange: it would cut this one.
+			_ = pc.nc.SetDeadline(time.Time{})
+			pc.deadline = time.Time{}
+		}
 		pc.stop = context.AfterFunc(ctx, pc.abort)
 		return
 	}

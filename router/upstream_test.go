@@ -579,11 +579,12 @@ func (c *watchCountingCtx) Value(any) any { return nil }
 // TestH1ClientWatchesSlowExchangesOnly: an exchange answered within
 // watchPeriod never registers with its context; one that takes longer is
 // not cut by the period's deadline, goes on watched by an AfterFunc, and
-// leaves its connection reusable; watchNow registers at once.
+// leaves its connection reusable; watchNow registers at once, and clears a
+// deadline left by an earlier exchange.
 func TestH1ClientWatchesSlowExchangesOnly(t *testing.T) {
 	const answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 	s := newRawServer(t, func(n int, _ *http.Request) (string, bool) {
-		if n == 2 {
+		if n == 2 || n == 4 {
 			time.Sleep(3 * watchPeriod)
 		}
 		return answer, false
@@ -609,10 +610,13 @@ func TestH1ClientWatchesSlowExchangesOnly(t *testing.T) {
 	exchange(postTo(s.addr(), "{}"))
 	assert.Equal(t, int32(1), ctx.n.Load())
 	assert.Equal(t, int32(1), s.conns.Load(), "one connection served all four")
+	// The connection still carries the deadline of the exchange before:
+	// watched from the start, a slow exchange must not be cut by it.
 	req := postTo(s.addr(), "{}")
 	req.watchNow = true
 	exchange(req)
 	assert.Equal(t, int32(2), ctx.n.Load(), "watchNow registers from the start")
+	assert.Equal(t, int32(1), s.conns.Load())
 }
 
 // TestH1ClientCancelAfterWatchPeriod: once the watch period has passed, a
