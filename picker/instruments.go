@@ -27,20 +27,26 @@ const instrumentationName = "github.com/inferroute/inferroute/picker"
 type instruments struct {
 	enabled  bool
 	duration metric.Float64Histogram
-	picks    metric.Int64ObservableCounter
 	errors   metric.Int64Counter
-	outcomes metric.Int64ObservableCounter
 
 	// perEndpoint caches each endpoint's counters, so that neither a pick
 	// nor a Done looks up a name or builds an attribute set. SetEndpoints
 	// drops departed endpoints from it.
 	perEndpoint sync.Map // *signals.Endpoint -> *endpointCounts
-	// byName holds the counters of every endpoint name seen, departed ones
-	// included, as the SDK keeps every series of a synchronous counter: a
-	// count is never lost to a pool change between two collections.
-	mu      sync.Mutex
-	byName  map[string]*endpointCounts
-	errOpts map[error]metric.MeasurementOption
+	counters    *counters
+	errOpts     map[error]metric.MeasurementOption
+}
+
+// counters holds the counts of every endpoint name seen, departed ones
+// included, as the SDK keeps every series of a synchronous counter: a count
+// is never lost to a pool change between two collections. It is all that
+// the meter provider's callback holds on to, so that a picker that is no
+// longer used leaves its counts behind, not its endpoints.
+type counters struct {
+	picks, outcomes metric.Int64ObservableCounter
+
+	mu     sync.Mutex
+	byName map[string]*endpointCounts
 }
 
 // endpointCounts are one endpoint name's counts and attribute sets: picks,
@@ -62,7 +68,8 @@ func (in *instruments) init(mp metric.MeterProvider) error {
 		metric.WithExplicitBucketBoundaries(1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 1e-3)); err != nil {
 		return err
 	}
-	if in.picks, err = m.Int64ObservableCounter("inferroute.picks",
+	cs := &counters{byName: map[string]*endpointCounts{}}
+	if cs.picks, err = m.Int64ObservableCounter("inferroute.picks",
 		metric.WithDescription("Requests dispatched, per endpoint.")); err != nil {
 		return err
 	}
@@ -70,14 +77,14 @@ func (in *instruments) init(mp metric.MeterProvider) error {
 		metric.WithDescription("Failed picks, by kind.")); err != nil {
 		return err
 	}
-	if in.outcomes, err = m.Int64ObservableCounter("inferroute.requests.completed",
+	if cs.outcomes, err = m.Int64ObservableCounter("inferroute.requests.completed",
 		metric.WithDescription("Requests reported through Done, per endpoint and result.")); err != nil {
 		return err
 	}
-	in.byName = map[string]*endpointCounts{}
-	if _, err = m.RegisterCallback(in.observe, in.picks, in.outcomes); err != nil {
+	if _, err = m.RegisterCallback(cs.observe, cs.picks, cs.outcomes); err != nil {
 		return err
 	}
+	in.counters = cs
 	in.errOpts = map[error]metric.MeasurementOption{
 		ErrNoEndpoints: metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", "no_endpoints"))),
 		ErrSaturated:   metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", "saturated"))),
@@ -90,8 +97,9 @@ func (in *instruments) counts(ep *signals.Endpoint) *endpointCounts {
 	if c, ok := in.perEndpoint.Load(ep); ok {
 		return c.(*endpointCounts)
 	}
-	in.mu.Lock()
-	c := in.byName[ep.Name]
+	cs := in.counters
+	cs.mu.Lock()
+	c := cs.byName[ep.Name]
 	if c == nil {
 		name := attribute.String("endpoint", ep.Name)
 		result := func(r string) []metric.ObserveOption {
@@ -103,9 +111,9 @@ func (in *instruments) counts(ep *signals.Endpoint) *endpointCounts {
 			failedOpt:       result("error"),
 			connectErrorOpt: result("connect_error"),
 		}
-		in.byName[ep.Name] = c
+		cs.byName[ep.Name] = c
 	}
-	in.mu.Unlock()
+	cs.mu.Unlock()
 	in.perEndpoint.Store(ep, c)
 	return c
 }
@@ -113,19 +121,19 @@ func (in *instruments) counts(ep *signals.Endpoint) *endpointCounts {
 // observe reports the counts; the meter provider calls it when its reader
 // collects. A count still at zero is left out, as a synchronous counter
 // has no series before its first Add.
-func (in *instruments) observe(_ context.Context, o metric.Observer) error {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	for _, c := range in.byName {
+func (cs *counters) observe(_ context.Context, o metric.Observer) error {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, c := range cs.byName {
 		for _, v := range [...]struct {
 			inst metric.Int64Observable
 			n    int64
 			opts []metric.ObserveOption
 		}{
-			{in.picks, c.picked.Load(), c.pickedOpt},
-			{in.outcomes, c.ok.Load(), c.okOpt},
-			{in.outcomes, c.failed.Load(), c.failedOpt},
-			{in.outcomes, c.connectError.Load(), c.connectErrorOpt},
+			{cs.picks, c.picked.Load(), c.pickedOpt},
+			{cs.outcomes, c.ok.Load(), c.okOpt},
+			{cs.outcomes, c.failed.Load(), c.failedOpt},
+			{cs.outcomes, c.connectError.Load(), c.connectErrorOpt},
 		} {
 			if v.n != 0 {
 				o.ObserveInt64(v.inst, v.n, v.opts...)
@@ -136,7 +144,7 @@ func (in *instruments) observe(_ context.Context, o metric.Observer) error {
 }
 
 // retain drops the cached counters of endpoints not in eps; their counts
-// stay in byName.
+// stay in in.counters.
 func (in *instruments) retain(eps []*signals.Endpoint) {
 	if !in.enabled {
 		return

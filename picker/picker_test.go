@@ -715,6 +715,47 @@ func TestTracingAndMetrics(t *testing.T) {
 	assert.Equal(t, int64(4), got["inferroute.pick.duration"])
 }
 
+// TestCountersSumAcrossPickers: pickers sharing a meter provider (one per
+// pool in a gateway) report into the same series, so an endpoint name that
+// two of them count is exported with the sum of both counts, as the SDK's
+// synchronous counters added them; and each collection reports the totals.
+func TestCountersSumAcrossPickers(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	cfg := Config{Scorers: []Plugin{{Name: scorer.ScorerQueue, Weight: 1}}}
+	p1, _ := newPicker(t, cfg, []*signals.Endpoint{ep("a", 0, 0, 0)}, WithMeterProvider(mp))
+	p2, _ := newPicker(t, cfg, []*signals.Endpoint{ep("a", 0, 0, 0)}, WithMeterProvider(mp))
+	pick := func(p *Picker, n int, info DoneInfo) {
+		for range n {
+			res, err := p.Pick(context.Background(), nil)
+			require.NoError(t, err)
+			res.Done(info)
+		}
+	}
+	collect := func() map[string]int64 {
+		var rm metricdata.ResourceMetrics
+		require.NoError(t, reader.Collect(context.Background(), &rm))
+		got := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
+					for _, dp := range sum.DataPoints {
+						result, _ := dp.Attributes.Value("result")
+						got[m.Name+"/"+result.Emit()] += dp.Value
+					}
+				}
+			}
+		}
+		return got
+	}
+	pick(p1, 2, DoneInfo{})
+	pick(p2, 3, DoneInfo{})
+	pick(p2, 1, DoneInfo{Err: errors.New("HTTP 500")})
+	want := map[string]int64{"inferroute.picks/": 6, "inferroute.requests.completed/ok": 5, "inferroute.requests.completed/error": 1}
+	assert.Equal(t, want, collect())
+	assert.Equal(t, want, collect(), "a second collection reports the same totals")
+}
+
 func TestSetEndpointsFreesPrefixStateOfDepartedEndpoints(t *testing.T) {
 	idx, err := prefix.NewIndex(prefix.IndexConfig{Stride: 1})
 	require.NoError(t, err)
