@@ -688,25 +688,7 @@ func TestTracingAndMetrics(t *testing.T) {
 	_, err = p.Pick(context.Background(), nil)
 	require.Error(t, err)
 
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(context.Background(), &rm))
-	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
-				for _, dp := range sum.DataPoints {
-					var labels []string
-					for _, kv := range dp.Attributes.ToSlice() {
-						labels = append(labels, string(kv.Key)+"="+kv.Value.Emit())
-					}
-					got[m.Name+"{"+strings.Join(labels, ",")+"}"] += dp.Value
-				}
-			}
-			if h, ok := m.Data.(metricdata.Histogram[float64]); ok {
-				got[m.Name] = int64(h.DataPoints[0].Count)
-			}
-		}
-	}
+	got := collectMetrics(t, reader)
 	assert.Equal(t, int64(3), got["inferroute.picks{endpoint=a}"])
 	assert.Equal(t, int64(1), got["inferroute.pick.errors{kind=no_endpoints}"])
 	assert.Equal(t, int64(1), got["inferroute.requests.completed{endpoint=a,result=ok}"])
@@ -732,28 +714,45 @@ func TestCountersSumAcrossPickers(t *testing.T) {
 			res.Done(info)
 		}
 	}
-	collect := func() map[string]int64 {
-		var rm metricdata.ResourceMetrics
-		require.NoError(t, reader.Collect(context.Background(), &rm))
-		got := map[string]int64{}
-		for _, sm := range rm.ScopeMetrics {
-			for _, m := range sm.Metrics {
-				if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
-					for _, dp := range sum.DataPoints {
-						result, _ := dp.Attributes.Value("result")
-						got[m.Name+"/"+result.Emit()] += dp.Value
-					}
-				}
-			}
-		}
-		return got
-	}
 	pick(p1, 2, DoneInfo{})
 	pick(p2, 3, DoneInfo{})
 	pick(p2, 1, DoneInfo{Err: errors.New("HTTP 500")})
-	want := map[string]int64{"inferroute.picks/": 6, "inferroute.requests.completed/ok": 5, "inferroute.requests.completed/error": 1}
-	assert.Equal(t, want, collect())
-	assert.Equal(t, want, collect(), "a second collection reports the same totals")
+	want := map[string]int64{
+		"inferroute.picks{endpoint=a}":                           6,
+		"inferroute.requests.completed{endpoint=a,result=ok}":    5,
+		"inferroute.requests.completed{endpoint=a,result=error}": 1,
+		"inferroute.pick.duration":                               6,
+	}
+	assert.Equal(t, want, collectMetrics(t, reader))
+	assert.Equal(t, want, collectMetrics(t, reader), "a second collection reports the same totals")
+}
+
+// collectMetrics collects reader's metrics: each int64 sum's data points by
+// name and attributes ("name{k=v,...}"), each histogram's count by name.
+func collectMetrics(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, dp := range sum.DataPoints {
+					var labels []string
+					for _, kv := range dp.Attributes.ToSlice() {
+						labels = append(labels, string(kv.Key)+"="+kv.Value.Emit())
+					}
+					got[m.Name+"{"+strings.Join(labels, ",")+"}"] += dp.Value
+				}
+			}
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok {
+				for _, dp := range h.DataPoints {
+					got[m.Name] += int64(dp.Count)
+				}
+			}
+		}
+	}
+	return got
 }
 
 func TestSetEndpointsFreesPrefixStateOfDepartedEndpoints(t *testing.T) {
