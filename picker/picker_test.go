@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -725,6 +726,35 @@ func TestCountersSumAcrossPickers(t *testing.T) {
 	}
 	assert.Equal(t, want, collectMetrics(t, reader))
 	assert.Equal(t, want, collectMetrics(t, reader), "a second collection reports the same totals")
+}
+
+// TestPickerNotHeldByMeterProvider: the meter provider outlives a picker
+// it was given; its callback must not keep the dropped picker, with its
+// endpoints, alive.
+func TestPickerNotHeldByMeterProvider(t *testing.T) {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	collected := make(chan struct{})
+	func() {
+		p, _ := newPicker(t, Config{Scorers: []Plugin{{Name: scorer.ScorerQueue, Weight: 1}}},
+			[]*signals.Endpoint{ep("a", 0, 0, 0)}, WithMeterProvider(mp))
+		res, err := p.Pick(context.Background(), nil)
+		require.NoError(t, err)
+		res.Done(DoneInfo{})
+		runtime.AddCleanup(p, func(ch chan struct{}) { close(ch) }, collected)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		select {
+		case <-collected:
+			runtime.KeepAlive(mp)
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the picker is still reachable after 10 s of garbage collections")
+		}
+	}
 }
 
 // collectMetrics collects reader's metrics: each int64 sum's data points by

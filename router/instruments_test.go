@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"io"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -82,4 +83,39 @@ func TestProxyMetrics(t *testing.T) {
 	send(body, 200)
 	requests, _, _, _ := collect()
 	assert.Equal(t, int64(4), requests["llama|"+baseModel+"|200"], "counts keep growing after a collection")
+}
+
+// TestProxyNotHeldByMeterProvider: the meter provider outlives a Proxy
+// (one provider for a process, proxies rebuilt on configuration changes);
+// its callback must not keep the dropped Proxy, with its table, pools and
+// endpoints, alive.
+func TestProxyNotHeldByMeterProvider(t *testing.T) {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	collected := make(chan struct{})
+	func() {
+		e := newEnv(t, Config{}, deadAddr(t)) // only for its table
+		p, err := NewProxy(e.proxy.Table(), Config{MeterProvider: mp})
+		require.NoError(t, err)
+		runtime.AddCleanup(p, func(ch chan struct{}) { close(ch) }, collected)
+	}()
+	requireCollected(t, collected)
+	runtime.KeepAlive(mp)
+}
+
+// requireCollected runs the garbage collector until collected is closed,
+// failing after 10 s.
+func requireCollected(t *testing.T, collected chan struct{}) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		select {
+		case <-collected:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("still reachable after 10 s of garbage collections")
+		}
+	}
 }

@@ -146,19 +146,18 @@ func (pc *h1Conn) interrupt() { _ = pc.nc.SetDeadline(aLongTimeAgo) }
 // A client that goes away must cancel its upstream request. The idiomatic
 // way, context.AfterFunc on the request's context, costs every request a
 // registration with the context (net/http's request context then allocates
-// its done channel and its children map) and its removal: together 4–5% of
-// the gateway's CPU at saturation, more than any single routing step. Most
-// requests of a busy gateway are answered in a fraction of a second
-// (embeddings, short and cached completions), so an exchange starts with a
-// plain I/O deadline instead, between watchPeriod/2 and watchPeriod ahead:
-// the connection's deadline is moved only when less than half the period
-// is left, which spares most exchanges of a busy connection even that
-// timer update. If the deadline passes with the exchange still going, the
-// context is checked: ended, the exchange fails with it; live, the
-// deadline is cleared and the AfterFunc is registered for the rest of the
-// exchange, so a long request (a streaming or a long completion) is
-// cancelled at once when its client leaves. A client that leaves earlier
-// is noticed when the deadline passes.
+// its done channel and its children map) and its removal: together about
+// 3.5% of the gateway's CPU at saturation. Most requests of a busy gateway
+// are answered in a fraction of a second (embeddings, short and cached
+// completions), so an exchange starts with a plain I/O deadline instead,
+// between watchPeriod/2 and watchPeriod ahead: the connection's deadline is
+// moved only when less than half the period is left, which spares most
+// exchanges of a busy connection even that timer update. If the deadline
+// passes with the exchange still going, the context is checked: ended, the
+// exchange fails with it; live, the deadline is cleared and the AfterFunc
+// is registered for the rest of the exchange, so a long request (a
+// streaming or a long completion) is cancelled at once when its client
+// leaves. A client that leaves earlier is noticed when the deadline passes.
 const watchPeriod = 100 * time.Millisecond
 
 // watch starts watching ctx for the exchange about to run: at once when now
