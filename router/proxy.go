@@ -682,6 +682,7 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, c *call, resp *h
 	}
 	o.TTFT = fb.ttft
 	o.Latency = p.clock.Now().Sub(t0)
+	o.Buffered = ct != "text/event-stream"
 	done(o)
 	if aborted {
 		// The body broke off after bytes were sent and the format has no

@@ -244,6 +244,7 @@ func TestProxyNonStreaming(t *testing.T) {
 	assert.Equal(t, 250*time.Millisecond, o.out.TTFT, "TTFT is the injected clock's advance before the first byte")
 	assert.Equal(t, 8, o.out.PromptTokens)
 	assert.Equal(t, 377, o.out.CompletionTokens)
+	assert.True(t, o.out.Buffered, "a JSON body comes whole: its TTFT includes the decode")
 	e.requireIdle(t)
 }
 
@@ -284,6 +285,7 @@ func TestProxyStreamingFlushesEachEvent(t *testing.T) {
 	assert.Equal(t, "sql-lora", o.adapter, "a LoRA adapter routes to its base pool with the adapter set")
 	assert.Equal(t, 26, o.out.PromptTokens, "usage from the last chunk")
 	assert.Equal(t, 7, o.out.CompletionTokens)
+	assert.False(t, o.out.Buffered, "an SSE stream is not buffered")
 	e.requireIdle(t)
 }
 

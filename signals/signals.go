@@ -77,6 +77,13 @@ type Outcome struct {
 	PromptTokens     int
 	CachedTokens     int
 	CompletionTokens int
+	// Buffered reports that the response body came whole rather than token
+	// by token: a JSON completion, not an SSE stream. Its first byte left
+	// the server after the last token, so TTFT includes the decode, and
+	// Latency − TTFT is the time the body took to arrive, not the time its
+	// tokens took to generate; observers that learn per-token timing skip
+	// such outcomes. The zero value (streamed, or unknown) keeps them.
+	Buffered bool
 }
 
 // Clock tells the time. The library reads time only through a Clock so that

@@ -36,7 +36,12 @@
 //
 // TPOT has a smaller model of the same kind: a base step time plus terms in
 // the running batch size and KV utilisation, learned from
-// (Latency − TTFT) / (CompletionTokens − 1).
+// (Latency − TTFT) / (CompletionTokens − 1) of streamed responses. A
+// response whose body came whole (signals.Outcome.Buffered: a JSON
+// completion rather than an SSE stream) teaches TTFT only: its first byte
+// came after its last token, so TTFT there is the time to the whole
+// answer, which is what such a client waits for, and Latency − TTFT is
+// the body's transfer time, not decode time.
 //
 // The alternatives were weighed. A gradient-boosted model (as in a peer's
 // Python sidecar) needs batch training, a feature pipeline and a sidecar,

@@ -554,9 +554,11 @@ func (p *Predictor) Dispatched(req *signals.Request, ep *signals.Endpoint) {
 
 // Completed implements signals.Observer. It pairs the outcome with the
 // features recorded by Dispatched and updates ep's models: TTFT from
-// out.TTFT, TPOT from (out.Latency − out.TTFT) / (out.CompletionTokens − 1).
-// Failed requests (out.Err != nil), unknown (zero or negative) times and
-// completions without a recorded dispatch teach nothing. After a TTFT
+// out.TTFT, TPOT from (out.Latency − out.TTFT) / (out.CompletionTokens − 1)
+// unless out.Buffered (a body that came whole says nothing about the time
+// between tokens). Failed requests (out.Err != nil), unknown (zero or
+// negative) times and completions without a recorded dispatch teach
+// nothing. After a TTFT
 // update it publishes the learned prefill throughput with ep.SetThroughput.
 // Safe for concurrent use.
 func (p *Predictor) Completed(req *signals.Request, ep *signals.Endpoint, out signals.Outcome) {
@@ -577,7 +579,7 @@ func (p *Predictor) Completed(req *signals.Request, ep *signals.Endpoint, out si
 
 	ttft := out.TTFT.Seconds()
 	var tpot float64
-	if n := out.CompletionTokens; n > 1 && out.TTFT > 0 && out.Latency > out.TTFT {
+	if n := out.CompletionTokens; n > 1 && !out.Buffered && out.TTFT > 0 && out.Latency > out.TTFT {
 		tpot = (out.Latency - out.TTFT).Seconds() / float64(n-1)
 	}
 	var theta, thetaG [maxDim]float64

@@ -374,6 +374,31 @@ func TestPredictorTPOT(t *testing.T) {
 		want := truth(running + 1)
 		assert.InDelta(t, want, v, 0.1*want, "running %d", running)
 	}
+
+	// Whole JSON bodies: the first byte comes after the last token, so
+	// Latency − TTFT is the transfer, microseconds for 100 tokens. TPOT
+	// must not learn from them (it would fall toward zero), TTFT must.
+	ep.SetMetrics(&signals.Metrics{ScrapedAt: clk.Now(), Baseline: ep.Counters(),
+		Running: signals.Known(10), Waiting: signals.Known(0)})
+	before, ok := p.PredictTPOT(&signals.Request{}, ep)
+	require.True(t, ok)
+	ttftBefore, ok := p.PredictTTFT(&signals.Request{PromptTokens: 500}, ep, 0)
+	require.True(t, ok)
+	for i := 0; i < 300; i++ {
+		req := &signals.Request{PromptTokens: 500}
+		ep.Dispatch(500)
+		p.Dispatched(req, ep)
+		ep.Complete(500)
+		e2e := 200*time.Millisecond + time.Duration(truth(11)*100*float64(time.Second))
+		p.Completed(req, ep, signals.Outcome{TTFT: e2e, Latency: e2e + 50*time.Microsecond,
+			CompletionTokens: 101, Buffered: true})
+	}
+	after, ok := p.PredictTPOT(&signals.Request{}, ep)
+	require.True(t, ok)
+	assert.Equal(t, before, after, "buffered outcomes leave TPOT as streamed ones taught it")
+	ttftAfter, ok := p.PredictTTFT(&signals.Request{PromptTokens: 500}, ep, 0)
+	require.True(t, ok)
+	assert.Greater(t, ttftAfter, 2*ttftBefore, "buffered outcomes still teach TTFT (to the whole answer)")
 }
 
 // TestPredictorFeatures checks what Dispatched records: the request's own
