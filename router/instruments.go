@@ -78,7 +78,9 @@ func (in *instruments) init(mp metric.MeterProvider) error {
 		return err
 	}
 	if in.ttft, err = m.Float64Histogram("inferroute.router.ttft",
-		metric.WithDescription("Time from dispatch to the first response body byte from the model server."),
+		metric.WithDescription("Time from dispatch to the first response body byte from the model server, "+
+			"by pool, model and stream: stream=\"false\" is a body that came whole (JSON), whose first byte "+
+			"follows its last token."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(ttftBuckets...)); err != nil {
 		return err
 	}
@@ -106,7 +108,9 @@ type attrSets struct {
 	requests atomic.Int64 // requests counted under these attributes
 	observe  []metric.ObserveOption
 	record   []metric.RecordOption // request attributes, as Record options
-	ttft     []metric.RecordOption
+	// ttft holds the TTFT attributes of a streamed response ([0]) and of
+	// one whose body came whole ([1]).
+	ttft [2][]metric.RecordOption
 }
 
 // sets returns the cached attribute options of a (pool, model, code). The
@@ -118,13 +122,16 @@ func (in *instruments) setsFor(pool, model string, code int) *attrSets {
 	}
 	request := metric.WithAttributeSet(attribute.NewSet(
 		attribute.String("pool", pool), attribute.String("model", model), attribute.String("code", strconv.Itoa(code))))
-	ttft := metric.WithAttributeSet(attribute.NewSet(attribute.String("pool", pool), attribute.String("model", model)))
+	ttft := func(stream string) []metric.RecordOption {
+		return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
+			attribute.String("pool", pool), attribute.String("model", model), attribute.String("stream", stream)))}
+	}
 	// Options are kept as slices, so that passing them to Add and Record
 	// allocates no variadic slice per request.
 	v, _ := in.sets.LoadOrStore(k, &attrSets{
 		observe: []metric.ObserveOption{request},
 		record:  []metric.RecordOption{request},
-		ttft:    []metric.RecordOption{ttft},
+		ttft:    [2][]metric.RecordOption{ttft("true"), ttft("false")},
 	})
 	return v.(*attrSets)
 }
@@ -138,7 +145,11 @@ func (in *instruments) request(ctx context.Context, c *call, status int, d, ttft
 	sets.requests.Add(1)
 	in.duration.Record(ctx, d.Seconds(), sets.record...)
 	if ttft > 0 {
-		in.ttft.Record(ctx, ttft.Seconds(), sets.ttft...)
+		whole := 0
+		if c.buffered {
+			whole = 1
+		}
+		in.ttft.Record(ctx, ttft.Seconds(), sets.ttft[whole]...)
 	}
 }
 

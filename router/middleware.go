@@ -137,6 +137,8 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			o := signals.Outcome{Latency: p.clock.Now().Sub(c.start)}
 			if rw.wrote {
 				o.TTFT = rw.first.Sub(c.start)
+				o.Buffered = mediaType(rw.Header().Get("Content-Type")) != "text/event-stream"
+				c.buffered = o.Buffered
 			}
 			if rw.status >= 500 {
 				o.Err = fmt.Errorf("%w: %d", ErrUpstreamStatus, rw.status)

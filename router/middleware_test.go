@@ -24,6 +24,8 @@ func TestMiddleware(t *testing.T) {
 		wantTTFT  time.Duration
 		wantErr   bool
 		wantUsage int
+		// wantWhole: the outcome's Buffered (the body came whole)
+		wantWhole bool
 	}{
 		{
 			name: "handler reports its own outcome",
@@ -63,7 +65,19 @@ func TestMiddleware(t *testing.T) {
 					assert.Equal(t, int64(1), d.Endpoint.InFlight(), "in flight until Done")
 				}
 			},
-			status: 502, wantBody: "bad gateway", wantTTFT: 30 * time.Millisecond, wantErr: true,
+			status: 502, wantBody: "bad gateway", wantTTFT: 30 * time.Millisecond, wantErr: true, wantWhole: true,
+		},
+		{
+			name: "middleware tells a stream from a whole body",
+			body: `{"model":"` + baseModel + `","stream":true}`,
+			handler: func(t *testing.T, clock interface{ Advance(time.Duration) }) http.HandlerFunc {
+				return func(w http.ResponseWriter, r *http.Request) {
+					clock.Advance(10 * time.Millisecond)
+					w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+					_, _ = io.WriteString(w, "data: [DONE]\n\n")
+				}
+			},
+			status: 200, wantBody: "data: [DONE]\n\n", wantTTFT: 10 * time.Millisecond,
 		},
 		{
 			name: "errors are answered without calling the handler",
@@ -97,6 +111,7 @@ func TestMiddleware(t *testing.T) {
 			assert.Equal(t, tc.wantBody, string(b))
 			o := e.rec.next(t)
 			assert.Equal(t, tc.wantTTFT, o.out.TTFT)
+			assert.Equal(t, tc.wantWhole, o.out.Buffered)
 			assert.Equal(t, tc.wantUsage, o.out.PromptTokens)
 			assert.Equal(t, tc.wantErr, o.out.Err != nil)
 			assert.Equal(t, 1, e.rec.count(), "Done once")

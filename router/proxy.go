@@ -225,6 +225,9 @@ type call struct {
 	h1req   h1Request
 	pick    picker.Result // the pick being forwarded, for FirstToken
 	again   picker.Result // the second pick, when every ranked target failed
+	// buffered: the response body came whole, not as an SSE stream, so
+	// its first byte (the TTFT measured) followed its last token.
+	buffered bool
 }
 
 // noCancel is the cancel of an attempt that made no context of its own.
@@ -683,6 +686,7 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, c *call, resp *h
 	o.TTFT = fb.ttft
 	o.Latency = p.clock.Now().Sub(t0)
 	o.Buffered = ct != "text/event-stream"
+	c.buffered = o.Buffered
 	done(o)
 	if aborted {
 		// The body broke off after bytes were sent and the format has no
