@@ -336,6 +336,7 @@ func outcome(in *pickerpb.DoneRequest) picker.DoneInfo {
 		PromptTokens:     int(in.GetPromptTokens()),
 		CachedTokens:     int(in.GetCachedTokens()),
 		CompletionTokens: int(in.GetCompletionTokens()),
+		Buffered:         in.GetBuffered(),
 	}
 	if in.GetError() != "" || in.GetConnectError() {
 		msg := in.GetError()

@@ -196,6 +196,7 @@ func TestPickThenDone(t *testing.T) {
 		Latency:          durationpb.New(900 * time.Millisecond),
 		PromptTokens:     100,
 		CompletionTokens: 20,
+		Buffered:         true,
 	})
 	require.NoError(t, err)
 	assert.Equal(t, int64(0), chosen.InFlight())
@@ -208,6 +209,7 @@ func TestPickThenDone(t *testing.T) {
 	assert.Equal(t, 900*time.Millisecond, outs[0].Latency)
 	assert.Equal(t, 100, outs[0].PromptTokens)
 	assert.Equal(t, 20, outs[0].CompletionTokens)
+	assert.True(t, outs[0].Buffered, "a whole body reaches the observers as such")
 
 	_, err = h.client.Done(ctx, &pickerpb.DoneRequest{ReservationId: resp.GetReservationId()})
 	assert.Equal(t, codes.NotFound, status.Code(err), "a second Done")

@@ -464,8 +464,13 @@ type DoneRequest struct {
 	PromptTokens     int32                `protobuf:"varint,6,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
 	CachedTokens     int32                `protobuf:"varint,7,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
 	CompletionTokens int32                `protobuf:"varint,8,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// buffered marks a response whose body came whole (a JSON completion,
+	// not an SSE stream): its first byte followed its last token, so the
+	// latency predictor learns TTFT from it but not the time per output
+	// token. False for streams, and when unknown.
+	Buffered      bool `protobuf:"varint,9,opt,name=buffered,proto3" json:"buffered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DoneRequest) Reset() {
@@ -552,6 +557,13 @@ func (x *DoneRequest) GetCompletionTokens() int32 {
 		return x.CompletionTokens
 	}
 	return 0
+}
+
+func (x *DoneRequest) GetBuffered() bool {
+	if x != nil {
+		return x.Buffered
+	}
+	return false
 }
 
 // DoneResponse acknowledges a Done.
@@ -720,7 +732,7 @@ const file_picker_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x01R\x05total\x12$\n" +
 	"\rcontributions\x18\x03 \x03(\x01R\rcontributions\x12\x16\n" +
-	"\x06chosen\x18\x04 \x01(\bR\x06chosen\"\xca\x02\n" +
+	"\x06chosen\x18\x04 \x01(\bR\x06chosen\"\xe6\x02\n" +
 	"\vDoneRequest\x12%\n" +
 	"\x0ereservation_id\x18\x01 \x01(\tR\rreservationId\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12#\n" +
@@ -729,7 +741,8 @@ const file_picker_proto_rawDesc = "" +
 	"\alatency\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\alatency\x12#\n" +
 	"\rprompt_tokens\x18\x06 \x01(\x05R\fpromptTokens\x12#\n" +
 	"\rcached_tokens\x18\a \x01(\x05R\fcachedTokens\x12+\n" +
-	"\x11completion_tokens\x18\b \x01(\x05R\x10completionTokens\"\x0e\n" +
+	"\x11completion_tokens\x18\b \x01(\x05R\x10completionTokens\x12\x1a\n" +
+	"\bbuffered\x18\t \x01(\bR\bbuffered\"\x0e\n" +
 	"\fDoneResponse\":\n" +
 	"\x11FirstTokenRequest\x12%\n" +
 	"\x0ereservation_id\x18\x01 \x01(\tR\rreservationId\"\x14\n" +
