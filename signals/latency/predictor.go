@@ -558,9 +558,8 @@ func (p *Predictor) Dispatched(req *signals.Request, ep *signals.Endpoint) {
 // unless out.Buffered (a body that came whole says nothing about the time
 // between tokens). Failed requests (out.Err != nil), unknown (zero or
 // negative) times and completions without a recorded dispatch teach
-// nothing. After a TTFT
-// update it publishes the learned prefill throughput with ep.SetThroughput.
-// Safe for concurrent use.
+// nothing. After a TTFT update it publishes the learned prefill throughput
+// with ep.SetThroughput. Safe for concurrent use.
 func (p *Predictor) Completed(req *signals.Request, ep *signals.Endpoint, out signals.Outcome) {
 	if req == nil || ep == nil {
 		return
