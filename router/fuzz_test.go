@@ -285,6 +285,7 @@ func FuzzUpstreamResponse(f *testing.F) {
 	t1.maxIdle = 0 // finished connections are closed, not pooled
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		pc := &h1Conn{host: &h1Host{}, nc: nopConn{}, br: bufio.NewReaderSize(bytes.NewReader(raw), 4096)}
+		pc.abort = pc.interrupt // as h1Client.get sets it
 		req := &h1Request{method: http.MethodPost, addr: "127.0.0.1:1", path: "/v1/chat/completions", body: []byte("{}"), sendLength: true}
 		resp, err := pc.exchange(t1, context.Background(), req)
 		var body []byte

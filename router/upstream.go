@@ -323,9 +323,6 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // exchange writes req on pc and reads the response's headers.
 func (pc *h1Conn) exchange(t *h1Client, ctx context.Context, req *h1Request) (*http.Response, error) {
-	if pc.abort == nil {
-		pc.abort = pc.interrupt
-	}
 	pc.watch(ctx, req.watchNow)
 	b, err := appendRequestHead(pc.wbuf[:0], req)
 	if err != nil {
