@@ -770,7 +770,7 @@ func collectMetrics(t *testing.T, reader *sdkmetric.ManualReader) map[string]int
 				for _, dp := range sum.DataPoints {
 					var labels []string
 					for _, kv := range dp.Attributes.ToSlice() {
-						labels = append(labels, string(kv.Key)+"="+kv.Value.Emit())
+						labels = append(labels, string(kv.Key)+"="+kv.Value.String())
 					}
 					got[m.Name+"{"+strings.Join(labels, ",")+"}"] += dp.Value
 				}

@@ -228,11 +228,7 @@ func TestModelsAndHealth(t *testing.T) {
 	p := startPod(t, Options{Adapters: []string{"sql-lora", "chat-lora"}})
 	resp, err := http.Get(p.URL() + "/v1/models")
 	require.NoError(t, err)
-	var list struct {
-		Object string      `json:"object"`
-		Data   []modelCard `json:"data"`
-	}
-	list = decode[struct {
+	list := decode[struct {
 		Object string      `json:"object"`
 		Data   []modelCard `json:"data"`
 	}](t, resp)
