@@ -677,6 +677,12 @@ func TestH1ClientWriteOutlivesWatchPeriod(t *testing.T) {
 		br := bufio.NewReader(c)
 		for i := range 2 {
 			if i == 1 {
+				// Stall once the body starts to arrive, so that the write
+				// outlives the period however late the client sends it.
+				if _, err := br.Peek(1); err != nil {
+					got <- -1
+					return
+				}
 				time.Sleep(3 * watchPeriod)
 			}
 			r, err := http.ReadRequest(br)
