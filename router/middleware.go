@@ -137,7 +137,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			o := signals.Outcome{Latency: p.clock.Now().Sub(c.start)}
 			if rw.wrote {
 				o.TTFT = rw.first.Sub(c.start)
-				o.Buffered = mediaType(rw.Header().Get("Content-Type")) != "text/event-stream"
+				o.Buffered = mediaType(rw.Header().Get("Content-Type")) != eventStream
 				c.buffered = o.Buffered
 			}
 			if rw.status >= 500 {

@@ -669,7 +669,7 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, c *call, resp *h
 	var err error
 	var aborted bool
 	switch {
-	case ct == "text/event-stream":
+	case ct == eventStream:
 		err = p.streamSSE(w, r, c, fb, resp.StatusCode, &o)
 	case (ct == "application/json" || (len(ct) > 5 && strings.EqualFold(ct[len(ct)-5:], "+json"))) && resp.ContentLength <= p.cfg.MaxResponseBuffer:
 		status, err = p.bufferJSON(w, r, c, fb, resp.StatusCode, &o)
@@ -685,7 +685,7 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, c *call, resp *h
 	}
 	o.TTFT = fb.ttft
 	o.Latency = p.clock.Now().Sub(t0)
-	o.Buffered = ct != "text/event-stream"
+	o.Buffered = ct != eventStream
 	c.buffered = o.Buffered
 	done(o)
 	if aborted {
@@ -815,6 +815,10 @@ func (p *Proxy) copyBody(w http.ResponseWriter, fb *firstByte, status int) (abor
 
 // copyBufs are the 32 KiB buffers of copyBody.
 var copyBufs = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+// eventStream is the media type of a server-sent event stream, the one
+// response format that arrives token by token.
+const eventStream = "text/event-stream"
 
 // mediaType returns the media type of a Content-Type value, lower-cased,
 // without parameters (RFC 9110 section 8.3.1), allocating only when the
