@@ -50,8 +50,10 @@
 // (context.AfterFunc) only once an exchange outlives an I/O deadline 50 to
 // 100 ms ahead, so that the many short exchanges of a busy gateway do not
 // pay for it. Model servers speak HTTP/1.1 on plain TCP behind a gateway;
-// set Config.Transport (NewTransport, or any http.RoundTripper) for TLS or
-// HTTP/2 upstreams.
+// for endpoints that serve HTTPS set Config.UpstreamScheme to "https" (the
+// Proxy then sends through NewTransport, or through Config.Transport when
+// set, for a private CA or client certificates), and for HTTP/2 set
+// Config.Transport to a transport that speaks it.
 //
 // Errors use OpenAI's shape {"error":{"message","type","param","code"}}:
 // 400 malformed JSON or headers, 404 model_not_found, 413 body over

@@ -51,9 +51,17 @@ type Config struct {
 	// client: plain TCP, a keep-alive pool of DefaultMaxIdleConnsPerHost
 	// connections per endpoint closed after DefaultIdleConnTimeout idle,
 	// requests written and responses read by the handler's goroutine. Set
-	// it (NewTransport is a tuned http.Transport) for TLS, HTTP/2 or a
-	// custom dialer.
+	// it (NewTransport is a tuned http.Transport) for a custom dialer,
+	// HTTP/2, or, with UpstreamScheme "https", the TLS settings of the
+	// endpoints (a private CA, client certificates, a server name).
 	Transport http.RoundTripper
+	// UpstreamScheme is the scheme of upstream requests: "http" (the
+	// default; "" means it) or "https". Any other value is an error. With
+	// "https" and a nil Transport the Proxy sends through NewTransport,
+	// which verifies each endpoint's certificate against the system roots
+	// for the host of its address; the built-in client speaks only plain
+	// HTTP/1.1.
+	UpstreamScheme string
 	// Clock measures TTFT and latency; nil means the system clock.
 	Clock signals.Clock
 	// Hasher renders and hashes prompts for the prefix index; nil means
@@ -127,6 +135,7 @@ type Proxy struct {
 	cfg       Config
 	transport http.RoundTripper // nil when h1 is used
 	h1        *h1Client
+	scheme    string // of upstream URLs: "http" or "https"
 	endpointH string // canonical Config.EndpointHeader
 	clock     signals.Clock
 	hasher    *prefix.Hasher
@@ -140,14 +149,26 @@ type Proxy struct {
 	prompts sync.Pool // *prefix.Prompt of hasher, held only during admit
 }
 
-// NewProxy returns a Proxy routing with t. It fails only when t is nil or
-// the metric instruments cannot be created.
+// NewProxy returns a Proxy routing with t. It fails only when t is nil,
+// cfg.UpstreamScheme is neither "http" nor "https", or the metric
+// instruments cannot be created.
 func NewProxy(t *Table, cfg Config) (*Proxy, error) {
 	if t == nil {
 		return nil, errors.New("router: nil table")
 	}
 	cfg.Parse = cfg.Parse.Canonical()
 	p := &Proxy{cfg: cfg, transport: cfg.Transport, clock: cfg.Clock, hasher: cfg.Hasher, log: cfg.Logger}
+	switch cfg.UpstreamScheme {
+	case "", "http":
+		p.scheme = "http"
+	case "https":
+		p.scheme = "https"
+		if p.transport == nil {
+			p.transport = NewTransport()
+		}
+	default:
+		return nil, fmt.Errorf("router: upstream scheme %q: want \"http\" or \"https\"", cfg.UpstreamScheme)
+	}
 	if p.transport == nil {
 		p.h1 = newH1Client()
 	}
@@ -607,7 +628,7 @@ func (p *Proxy) httpRequest(actx context.Context, r *http.Request, c *call, ep *
 	}
 	out := (&http.Request{
 		Method:     r.Method,
-		URL:        &url.URL{Scheme: "http", Host: ep.Address, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery},
+		URL:        &url.URL{Scheme: p.scheme, Host: ep.Address, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery},
 		Proto:      "HTTP/1.1",
 		ProtoMajor: 1,
 		ProtoMinor: 1,

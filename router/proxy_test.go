@@ -102,7 +102,9 @@ type env struct {
 }
 
 // newEnv builds a proxy whose pool "llama" has one endpoint per address,
-// ranked in the order given (the first is picked first).
+// ranked in the order given (the first is picked first). Under
+// TestProxyOverNetHTTPTransport a proxy without a Config.Transport gets
+// NewTransport() instead of the built-in client.
 func newEnv(t *testing.T, cfg Config, addrs ...string) *env {
 	t.Helper()
 	e := &env{rec: newRecorder(), clock: signalstest.NewClock(time.Unix(1_800_000_000, 0))}
@@ -127,6 +129,12 @@ func newEnv(t *testing.T, cfg Config, addrs ...string) *env {
 	require.NoError(t, err)
 	if cfg.Clock == nil {
 		cfg.Clock = e.clock
+	}
+	if cfg.Transport == nil && strings.HasPrefix(t.Name(), overTransport) {
+		tr := NewTransport()
+		t.Cleanup(tr.CloseIdleConnections)
+		cfg.Transport = tr
+		envsOverTransport.Add(1)
 	}
 	e.proxy, err = NewProxy(tab, cfg)
 	require.NoError(t, err)
