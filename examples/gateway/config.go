@@ -58,6 +58,14 @@ type RouterConfig struct {
 	// EndpointHeader, if set, names the chosen endpoint on the upstream
 	// request.
 	EndpointHeader string `yaml:"endpointHeader"`
+	// UpstreamScheme is http (default) or https: how the gateway reaches
+	// its endpoints, for requests and for the default metrics URL
+	// (scheme://address/metrics) alike.
+	UpstreamScheme string `yaml:"upstreamScheme"`
+	// UpstreamCAFile is a PEM file of the certificate authorities that
+	// sign the endpoints' certificates, with upstreamScheme https; ""
+	// means the system's roots.
+	UpstreamCAFile string `yaml:"upstreamCAFile"`
 }
 
 // ScrapeConfig tunes the scraper.
@@ -107,7 +115,8 @@ type EndpointConfig struct {
 	Model string `yaml:"model"`
 	// Adapters the endpoint can load; omitted means unknown (any).
 	Adapters []string `yaml:"adapters"`
-	// MetricsURL overrides http://Address/metrics.
+	// MetricsURL overrides scheme://Address/metrics, where scheme is
+	// router.upstreamScheme.
 	MetricsURL string `yaml:"metricsURL"`
 	// Labels are free-form labels (zone, gpu, …) for filters and scorers.
 	Labels map[string]string `yaml:"labels"`
@@ -126,6 +135,15 @@ func ParseConfig(data []byte) (Config, error) {
 	c.defaults()
 	if len(c.Pools) == 0 {
 		return Config{}, errors.New("gateway config: pools: at least one pool is required")
+	}
+	switch c.Router.UpstreamScheme {
+	case "", "http":
+		if c.Router.UpstreamCAFile != "" {
+			return Config{}, errors.New("gateway config: router.upstreamCAFile needs router.upstreamScheme https")
+		}
+	case "https":
+	default:
+		return Config{}, fmt.Errorf("gateway config: router.upstreamScheme: %q is neither http nor https", c.Router.UpstreamScheme)
 	}
 	for i, p := range c.Pools {
 		for j, ep := range p.Endpoints {

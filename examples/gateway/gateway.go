@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,6 +65,10 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 	g.mp = sdkmetric.NewMeterProvider(mpOpts...)
 	meter := g.mp.Meter("github.com/inferroute/inferroute/examples/gateway")
 
+	upstream, err := upstreamTransport(cfg.Router)
+	if err != nil {
+		return nil, err
+	}
 	hasher := prefix.NewHasher(prefix.HashConfig{})
 	tc := router.TableConfig{Default: cfg.DefaultPool, Fallback: cfg.FallbackPool, Created: time.Now()}
 	for _, pc := range cfg.Pools {
@@ -91,8 +97,12 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 		}
 		var eps []*signals.Endpoint
 		for _, ec := range pc.Endpoints {
+			metricsURL := ec.MetricsURL
+			if metricsURL == "" && cfg.Router.UpstreamScheme == "https" {
+				metricsURL = "https://" + ec.Address + "/metrics"
+			}
 			eps = append(eps, signals.NewEndpoint(signals.EndpointSpec{
-				Name: ec.Name, Address: ec.Address, MetricsURL: ec.MetricsURL, Engine: ec.Engine,
+				Name: ec.Name, Address: ec.Address, MetricsURL: metricsURL, Engine: ec.Engine,
 				Model: ec.Model, Adapters: ec.Adapters, Labels: ec.Labels,
 			}))
 		}
@@ -107,7 +117,15 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Set only for https: a nil *http.Transport in the interface would not
+	// be a nil RoundTripper, and nil selects the built-in client.
+	var transport http.RoundTripper
+	if upstream != nil {
+		transport = upstream
+	}
 	g.proxy, err = router.NewProxy(table, router.Config{
+		Transport:       transport,
+		UpstreamScheme:  cfg.Router.UpstreamScheme,
 		Hasher:          hasher,
 		MaxBodyBytes:    cfg.Router.MaxBodyBytes,
 		MaxRetries:      cfg.Router.MaxRetries,
@@ -121,11 +139,16 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	if !cfg.Scrape.Disabled {
+		opts := []scrape.Option{scrape.WithMeterProvider(g.mp), scrape.WithLogger(log)}
+		if upstream != nil {
+			// The metric pages are served by the same TLS servers.
+			opts = append(opts, scrape.WithHTTPClient(&http.Client{Transport: upstream}))
+		}
 		g.scraper, err = scrape.New(scrape.Config{
 			Interval:         time.Duration(cfg.Scrape.Interval),
 			Timeout:          time.Duration(cfg.Scrape.Timeout),
 			FailureThreshold: cfg.Scrape.FailureThreshold,
-		}, scrape.WithMeterProvider(g.mp), scrape.WithLogger(log))
+		}, opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -227,4 +250,27 @@ func run(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) err
 	serr = errors.Join(serr, g.Close(dctx))
 	log.Info("stopped")
 	return serr
+}
+
+// upstreamTransport returns the transport to HTTPS endpoints, trusting
+// rc.UpstreamCAFile's authorities (the system's when ""), or nil for plain
+// HTTP, which the router's built-in client serves.
+func upstreamTransport(rc RouterConfig) (*http.Transport, error) {
+	if rc.UpstreamScheme != "https" {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if rc.UpstreamCAFile != "" {
+		pem, err := os.ReadFile(rc.UpstreamCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("router.upstreamCAFile: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("router.upstreamCAFile %s: no PEM certificate in it", rc.UpstreamCAFile)
+		}
+	}
+	tr := router.NewTransport()
+	tr.TLSClientConfig = tc
+	return tr, nil
 }

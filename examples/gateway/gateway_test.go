@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -39,18 +41,27 @@ const base = "meta-llama/Llama-3.1-8B-Instruct"
 type pod struct {
 	srv      *httptest.Server
 	requests atomic.Int64
+	scrapes  atomic.Int64  // GETs of /metrics
 	hold     chan struct{} // when non-nil, streams wait on it before their last event
 	models   chan string   // the "model" the pod saw
 }
 
 func newPod(t *testing.T, hold chan struct{}) *pod {
 	t.Helper()
+	return newPodOn(t, hold, httptest.NewServer)
+}
+
+// newPodOn is newPod on a server started by start (httptest.NewServer or
+// httptest.NewTLSServer).
+func newPodOn(t *testing.T, hold chan struct{}, start func(http.Handler) *httptest.Server) *pod {
+	t.Helper()
 	p := &pod{hold: hold, models: make(chan string, 64)}
 	chat := fixture(t, "openai/llm-d-inference-sim/chat-completions.response.json")
 	sse := fixture(t, "openai/llm-d-inference-sim/chat-completions-lora-stream.response.sse")
 	metrics := fixture(t, "metrics/llm-d-inference-sim-idle.prom")
-	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p.srv = start(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/metrics" {
+			p.scrapes.Add(1)
 			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 			_, _ = w.Write(metrics)
 			return
@@ -284,11 +295,47 @@ func TestGracefulShutdownDrainsStreams(t *testing.T) {
 	require.NoError(t, <-stopped)
 }
 
+// TestHTTPSPods runs the gateway against pods that serve HTTPS with a
+// private certificate authority: requests, streams and metric scrapes go
+// over TLS, trusting router.upstreamCAFile.
+func TestHTTPSPods(t *testing.T) {
+	a, b := newPodOn(t, nil, httptest.NewTLSServer), newPodOn(t, nil, httptest.NewTLSServer)
+	ca := filepath.Join(t.TempDir(), "pods-ca.pem")
+	var pemCerts []byte
+	for _, p := range []*pod{a, b} {
+		pemCerts = append(pemCerts, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.srv.Certificate().Raw})...)
+	}
+	require.NoError(t, os.WriteFile(ca, pemCerts, 0o600))
+	yaml := strings.Replace(gatewayYAML(a.addr(), b.addr()), "scrape:\n",
+		"router:\n  upstreamScheme: https\n  upstreamCAFile: "+ca+"\nscrape:\n", 1)
+	url, _ := startGateway(t, yaml)
+
+	for _, stream := range []bool{false, true} {
+		r, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(
+			`{"model":"`+base+`","stream":`+strconv.FormatBool(stream)+`,"messages":[{"role":"user","content":"hi"}]}`))
+		require.NoError(t, err)
+		body, err := io.ReadAll(r.Body)
+		_ = r.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, 200, r.StatusCode, "stream %v: %s", stream, body)
+		if stream {
+			assert.True(t, strings.HasSuffix(string(body), "data: [DONE]\n\n"), "the whole stream relayed")
+		} else {
+			assert.Contains(t, string(body), `"usage"`)
+		}
+	}
+	assert.Equal(t, int64(2), a.requests.Load()+b.requests.Load())
+	require.Eventually(t, func() bool { return a.scrapes.Load() > 0 && b.scrapes.Load() > 0 },
+		5*time.Second, 10*time.Millisecond, "both pods' metrics scraped over https")
+}
+
 func TestParseConfig(t *testing.T) {
 	tests := []struct {
 		name, yaml, err string
 	}{
 		{"unknown field", "pools: [{name: a, bogus: 1}]", "bogus"},
+		{"unknown upstream scheme", "router: {upstreamScheme: ftp}\npools: [{name: a}]", `upstreamScheme: "ftp"`},
+		{"CA file without https", "router: {upstreamCAFile: ca.pem}\npools: [{name: a}]", "needs router.upstreamScheme https"},
 		{"no pools", "listen: :8080", "at least one pool"},
 		{"endpoint without address", "pools: [{name: a, endpoints: [{name: x}]}]", "address is required"},
 		{"bad duration", "drainTimeout: soon\npools: [{name: a}]", "duration"},
@@ -305,6 +352,20 @@ func TestParseConfig(t *testing.T) {
 	assert.Equal(t, "127.0.0.1:8080", cfg.Listen)
 	assert.Equal(t, 10*time.Second, time.Duration(cfg.ReadHeaderTimeout))
 	assert.Nil(t, cfg.Pools[0].Picker, "no picker section means picker.DefaultConfig")
+
+	for _, tc := range []struct{ name, pem, err string }{
+		{"missing CA file", "", "no such file"},
+		{"CA file without a certificate", "not a certificate\n", "no PEM certificate"},
+	} {
+		path := filepath.Join(t.TempDir(), "ca.pem")
+		if tc.pem != "" {
+			require.NoError(t, os.WriteFile(path, []byte(tc.pem), 0o600))
+		}
+		cfg, err := ParseConfig([]byte("router: {upstreamScheme: https, upstreamCAFile: " + path + "}\npools: [{name: a}]"))
+		require.NoError(t, err, tc.name)
+		_, err = NewGateway(cfg, slog.New(slog.DiscardHandler))
+		assert.ErrorContains(t, err, tc.err, tc.name)
+	}
 }
 
 func TestExampleConfigParses(t *testing.T) {
