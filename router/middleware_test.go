@@ -1,10 +1,14 @@
 package router
 
 import (
+	"bufio"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,4 +130,80 @@ func names(eps []*signals.Endpoint) []string {
 		out = append(out, ep.Name)
 	}
 	return out
+}
+
+// TestMiddlewareReverseProxyStream is the Middleware in the gateway it is
+// for: one that owns its proxy, here httputil.ReverseProxy sending each
+// request where the Decision says. An SSE stream reaches the client event
+// by event through the Middleware's writer, and the outcome it reports
+// carries the TTFT and the stream's shape.
+func TestMiddlewareReverseProxyStream(t *testing.T) {
+	events := sseEvents(fixture(t, "llm-d-inference-sim/chat-completions-lora-stream.response.sse"))
+	release := make(chan struct{})
+	var e *env
+	addr, got := backend(t, sseHandler(events, func() { e.clock.Advance(25 * time.Millisecond) }, func(i int) {
+		if i == 1 {
+			<-release // the second event waits until the client has the first
+		}
+	}))
+	e = newEnv(t, Config{}, addr)
+	mw, err := NewMiddleware(e.proxy.Table(), Config{Clock: e.clock, EndpointHeader: HeaderDestination})
+	require.NoError(t, err)
+	rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		d, ok := FromContext(pr.In.Context())
+		require.True(t, ok)
+		pr.SetURL(&url.URL{Scheme: "http", Host: d.Endpoint.Address})
+	}}
+	srv := httptest.NewServer(mw.Wrap(rp))
+	defer srv.Close()
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock() // before srv.Close: a failed test must not leave the backend waiting
+	// Without a flush per event the first one would never arrive: the
+	// client's timeout turns that into a failure instead of a hang.
+	client := &http.Client{Timeout: 10 * time.Second}
+
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"sql-lora","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	require.NoError(t, err)
+	req.Header.Set(HeaderDestination, "6.6.6.6:80")
+	r, err := client.Do(req)
+	require.NoError(t, err)
+	defer r.Body.Close()
+	require.Equal(t, 200, r.StatusCode)
+	br := bufio.NewReader(r.Body)
+	assert.Equal(t, events[0], readEvent(t, br), "the first event arrives before the backend sends the second")
+	n, _ := e.eps[0].Prefilling()
+	assert.Zero(t, n, "the first byte through the Middleware's writer ends the prefill")
+	unblock()
+	rest, err := io.ReadAll(br)
+	require.NoError(t, err)
+	assert.Equal(t, strings.Join(events[1:], ""), string(rest))
+	s := <-got
+	assert.Equal(t, addr, s.header.Get(HeaderDestination), "the next hop is named, the client's value replaced")
+
+	o := e.rec.next(t)
+	assert.NoError(t, o.out.Err)
+	assert.Equal(t, 25*time.Millisecond, o.out.TTFT)
+	assert.False(t, o.out.Buffered, "an SSE stream is not a whole body")
+	assert.Equal(t, 1, e.rec.count(), "Done once")
+	e.requireIdle(t)
+}
+
+// TestMiddlewareResponseController checks that a handler behind the
+// Middleware reaches the connection's controls (a write deadline for a
+// long stream) through http.ResponseController.
+func TestMiddlewareResponseController(t *testing.T) {
+	e := newEnv(t, Config{}, "10.0.0.1:8000")
+	mw, err := NewMiddleware(e.proxy.Table(), Config{Clock: e.clock})
+	require.NoError(t, err)
+	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		assert.NoError(t, http.NewResponseController(w).SetWriteDeadline(time.Now().Add(time.Minute)))
+		w.WriteHeader(204)
+	})))
+	defer srv.Close()
+	r, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"llama"}`))
+	require.NoError(t, err)
+	_ = r.Body.Close()
+	assert.Equal(t, 204, r.StatusCode)
 }
