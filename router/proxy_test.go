@@ -708,3 +708,57 @@ func TestProxyConcurrentStreams(t *testing.T) {
 	}
 	e.requireIdle(t)
 }
+
+// TestProxySetTable swaps the routing table under a stream in flight: the
+// stream finishes on the pool it started with, and the next requests are
+// routed, refused and listed by the new table.
+func TestProxySetTable(t *testing.T) {
+	events := sseEvents(fixture(t, "llm-d-inference-sim/chat-completions-lora-stream.response.sse"))
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	oldAddr, _ := backend(t, sseHandler(events, nil, func(i int) {
+		if i == 1 {
+			<-release
+		}
+	}))
+	newAddr, gotNew := backend(t, jsonHandler(200, []byte(`{"id":"x","object":"chat.completion"}`), nil))
+	e := newEnv(t, Config{}, oldAddr)
+	defer unblock() // a failed test must not leave the old backend waiting
+
+	r := e.post(t, "/v1/chat/completions", `{"model":"`+baseModel+`","stream":true}`, nil)
+	require.Equal(t, 200, r.StatusCode)
+	br := bufio.NewReader(r.Body)
+	assert.Equal(t, events[0], readEvent(t, br))
+
+	pk, err := picker.New(picker.Config{})
+	require.NoError(t, err)
+	pk.SetEndpoints([]*signals.Endpoint{signals.NewEndpoint(signals.EndpointSpec{Name: "qwen-0", Address: newAddr})})
+	tab, err := NewTable(TableConfig{Pools: []PoolConfig{{Name: "qwen", Picker: pk, Models: []string{"qwen"}}}})
+	require.NoError(t, err)
+	old := e.proxy.Table()
+	e.proxy.SetTable(nil)
+	assert.Same(t, old, e.proxy.Table(), "a nil table is ignored")
+	e.proxy.SetTable(tab)
+	assert.Same(t, tab, e.proxy.Table())
+
+	unblock()
+	rest, err := io.ReadAll(br)
+	require.NoError(t, err)
+	assert.Equal(t, strings.Join(events[1:], ""), string(rest), "the stream in flight finished on its pool")
+	assert.NoError(t, e.rec.next(t).out.Err)
+	e.requireIdle(t)
+
+	requireAPIError(t, e.post(t, "/v1/chat/completions", `{"model":"`+baseModel+`"}`, nil), 404, "model_not_found")
+	r = e.post(t, "/v1/chat/completions", `{"model":"qwen"}`, nil)
+	require.Equal(t, 200, r.StatusCode)
+	assert.Equal(t, `{"model":"qwen"}`, (<-gotNew).body)
+
+	resp, err := e.front.Client().Get(e.front.URL + "/v1/models")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var models struct{ Data []struct{ ID string } }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&models))
+	require.Len(t, models.Data, 1)
+	assert.Equal(t, "qwen", models.Data[0].ID, "/v1/models lists the new table")
+}
