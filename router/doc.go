@@ -21,10 +21,11 @@
 //
 // A Table maps model names to Routes: served models, LoRA adapters (routed
 // to their base model's pool with the adapter set) and aliases (the body's
-// model is rewritten to the served name and the response's "model" back,
-// in JSON and in every SSE chunk). Requests without a model, with a
-// non-JSON body, or GETs take the fallback route (by default the default
-// pool), never an error; GET /v1/models is answered from the table.
+// model is rewritten to the served name and, by the Proxy, the response's
+// "model" back, in JSON and in every SSE chunk). Requests without a model,
+// with a non-JSON body, and GET or HEAD requests whatever their body take
+// the fallback route (by default the default pool), never an error; GET
+// /v1/models is answered from the table.
 //
 // # Proxy
 //
@@ -33,7 +34,9 @@
 // reports with the response's token usage through the picker's Done,
 // exactly once per pick, on every path. On a connect error or a 5xx status
 // before any byte reached the client it retries on the pick's fallbacks
-// (bounded by Config.MaxRetries), reporting each failed endpoint. A stream
+// (bounded by Config.MaxRetries), reporting each failed endpoint, and when
+// every endpoint tried failed to connect it asks the picker once more (not
+// when MaxRetries is negative). A stream
 // that breaks off after it began ends with an SSE error event; a client
 // that goes away cancels the upstream request (at once, except during an
 // exchange's first 50–100 ms through the built-in client, where it is
@@ -59,8 +62,10 @@
 // 400 malformed JSON or headers, 404 model_not_found, 413 body over
 // Config.MaxBodyBytes (4 MiB by default), 429 with Retry-After when the
 // picker sheds the request (picker.ErrSaturated), 503 when no endpoint is
-// ready (picker.ErrNoEndpoints), 504 when the upstream does not answer
-// within Config.UpstreamTimeout, 502 when no endpoint can be reached.
+// ready (picker.ErrNoEndpoints, or every endpoint tried was marked down
+// before the request arrived and failed to connect again), 504 when the
+// upstream does not answer within Config.UpstreamTimeout, 502 when no
+// endpoint can be reached although some was up.
 //
 // # Middleware
 //

@@ -78,6 +78,11 @@ func NewContext(ctx context.Context, d *Decision) context.Context {
 // restored (rewritten to the served model name when the route says so).
 // Errors are answered in OpenAI's shape as by the Proxy, and the next
 // handler is not called. Safe for concurrent use.
+//
+// Unlike the Proxy, the Middleware does not touch the response: for an
+// alias, rewriting the answer's "model" back to the client's name
+// (Decision.Route.ClientModel) is the next handler's job, and so are
+// retries on Decision.Fallbacks.
 type Middleware struct {
 	p *Proxy
 }

@@ -76,7 +76,10 @@ type Config struct {
 	// MaxRetries bounds the fallback endpoints tried after a connect error
 	// or a 5xx status, before any response byte reached the client. 0 means
 	// DefaultMaxRetries; negative means no retry. The picker's Config
-	// Fallbacks bounds it too.
+	// Fallbacks bounds it too. When every endpoint tried failed to connect,
+	// the picker is asked once more, now that health reflects the failures,
+	// and its choice gets one more attempt: at most MaxRetries+2 attempts
+	// in all, and just one when MaxRetries is negative.
 	MaxRetries int
 	// UpstreamTimeout bounds the wait for an endpoint's response headers
 	// (prefill of a non-streaming request included); when it expires the
@@ -108,14 +111,17 @@ type Config struct {
 // NewTransport returns a net/http transport for Config.Transport: keep-alive
 // pools sized for a gateway that sends many concurrent requests to a few
 // hosts (MaxIdleConnsPerHost at least the connections in flight, or every
-// request opens one), HTTP/1.1 only, no proxy from the environment, and no
+// request opens one), idle connections closed after DefaultIdleConnTimeout
+// (below the model servers' keep-alive, so that a request is rarely sent on
+// a connection the server is closing: net/http does not resend a POST that
+// failed there), HTTP/1.1 only, no proxy from the environment, and no
 // transparent compression (prompts and streams pass as they are).
 func NewTransport() *http.Transport {
 	return &http.Transport{
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:          4096,
 		MaxIdleConnsPerHost:   1024,
-		IdleConnTimeout:       90 * time.Second,
+		IdleConnTimeout:       DefaultIdleConnTimeout,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true,
 		WriteBufferSize:       64 << 10,
@@ -326,7 +332,11 @@ func (p *Proxy) admit(r *http.Request, c *call) (picker.Result, error) {
 		return picker.Result{}, err
 	}
 	t := p.table.Load()
-	if c.route, err = t.Route(&c.parsed); err != nil {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		// Health checks and listings: never routed by a body, which a GET
+		// should not have.
+		c.route = t.Fallback()
+	} else if c.route, err = t.Route(&c.parsed); err != nil {
 		return picker.Result{}, err
 	}
 	c.send = c.body
@@ -450,6 +460,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 	var lastErr error
 	lastConnect := false
 	repicked := -1 // index in targets of the endpoint chosen by a second pick
+	// ready: some endpoint tried was healthy when the request arrived. A
+	// picker that fails open sends requests to endpoints marked down when
+	// none is up; if those fail too, no endpoint was ready: 503, not 502.
+	ready := slices.ContainsFunc(targets, (*signals.Endpoint).Healthy)
 	c.pick = res
 	for i := 0; ; i++ {
 		if i == len(targets) {
@@ -457,7 +471,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 			// the pick: ask the picker once more, now that health reflects
 			// the failures (a pod that died after the pick, and its
 			// fallbacks dying with it, must not lose the request).
-			if repicked >= 0 || !lastConnect || ctx.Err() != nil || c.route.Pool == nil || c.route.Pool.Picker == nil {
+			if repicked >= 0 || p.retries == 0 || !lastConnect || ctx.Err() != nil || c.route.Pool == nil || c.route.Pool.Picker == nil {
 				break
 			}
 			res2, err := c.route.Pool.Picker.Pick(ctx, &c.req)
@@ -483,6 +497,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 			}
 			c.again, repicked = res2, len(targets)
 			targets = append(targets, next)
+			ready = ready || next.Healthy()
 		}
 		ep := targets[i]
 		done := res.Done
@@ -533,8 +548,13 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 		}
 		return p.respond(w, r, c, resp, t0, done, first)
 	}
-	WriteError(w, errorFor(lastErr, 0))
-	return http.StatusBadGateway, 0
+	if lastConnect && !ready {
+		lastErr = fmt.Errorf("%w: every endpoint tried was down before the request and failed to connect: %w",
+			picker.ErrNoEndpoints, lastErr)
+	}
+	ae := errorFor(lastErr, 0)
+	WriteError(w, ae)
+	return ae.Status, 0
 }
 
 // errNotSent is the outcome reported for a pick that a retry did not use.

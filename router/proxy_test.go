@@ -433,6 +433,27 @@ func TestProxyRetries(t *testing.T) {
 		assert.Len(t, gots[3], 0)
 		e.requireIdle(t)
 	})
+	t.Run("negative MaxRetries: one attempt, no second pick", func(t *testing.T) {
+		good, got := backend(t, jsonHandler(200, ok, nil))
+		e := newEnv(t, Config{MaxRetries: -1}, deadAddr(t), good)
+		r := e.post(t, "/v1/chat/completions", body, nil)
+		requireAPIError(t, r, 502, "upstream_unreachable")
+		assert.Empty(t, got, "neither the fallback nor a second pick was tried")
+		o := e.rec.next(t)
+		assert.Equal(t, "ep0", o.ep)
+		assert.True(t, o.out.ConnectError)
+		assert.Equal(t, 1, e.rec.count(), "one pick, one Done")
+		e.requireIdle(t)
+	})
+	t.Run("every endpoint down before the request and unreachable: 503", func(t *testing.T) {
+		e := newEnv(t, Config{}, deadAddr(t), deadAddr(t))
+		for _, ep := range e.eps {
+			ep.MarkDown()
+		}
+		r := e.post(t, "/v1/chat/completions", body, nil)
+		requireAPIError(t, r, 503, "no_endpoint_available")
+		e.requireIdle(t)
+	})
 	t.Run("every endpoint unreachable", func(t *testing.T) {
 		e := newEnv(t, Config{}, deadAddr(t), deadAddr(t), deadAddr(t))
 		r := e.post(t, "/v1/chat/completions", body, nil)
@@ -636,6 +657,16 @@ func TestProxyFallbackRoute(t *testing.T) {
 		assert.Equal(t, "/health", s.path)
 		o := e.rec.next(t)
 		assert.Equal(t, "", o.model)
+	})
+	t.Run("GET with a body naming a model", func(t *testing.T) {
+		req, err := http.NewRequest(http.MethodGet, e.front.URL+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-9"}`))
+		require.NoError(t, err)
+		r, err := e.front.Client().Do(req)
+		require.NoError(t, err)
+		defer r.Body.Close()
+		assert.Equal(t, 200, r.StatusCode, "a GET takes the fallback route whatever its body says")
+		<-got
+		assert.Equal(t, "", e.rec.next(t).model)
 	})
 	t.Run("non-JSON body", func(t *testing.T) {
 		r := e.post(t, "/tokenize", "plain text", nil)
