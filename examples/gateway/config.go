@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/inferroute/inferroute/picker"
+	"github.com/inferroute/inferroute/scorer"
 )
 
 // Config is the gateway's YAML configuration. Durations are Go duration
@@ -97,8 +98,44 @@ type PoolConfig struct {
 	// Picker is the pool's picker configuration (filters, scorer weights,
 	// strategy); omitted means picker.DefaultConfig().
 	Picker *picker.Config `yaml:"picker"`
+	// Admission, when set, turns on admission control for the pool;
+	// omitted means every request is admitted (the gateway never answers
+	// 429).
+	Admission *AdmissionConfig `yaml:"admission"`
 	// Endpoints are the pool's static endpoints.
 	Endpoints []EndpointConfig `yaml:"endpoints"`
+}
+
+// AdmissionConfig configures a pool's scorer.SLOAdmitter: a sheddable
+// request (header x-inferroute-priority below 0) that no endpoint is
+// predicted to serve within its objectives (x-slo-ttft-ms, x-slo-tpot-ms,
+// times Slack) or, without objectives, within ShedTTFTMs, is answered 429
+// with Retry-After instead of being sent. Requests of priority 0 or more
+// are always admitted. Unset fields take scorer.DefaultSLOParams' values.
+type AdmissionConfig struct {
+	// Slack multiplies the objectives; default 1.
+	Slack float64 `yaml:"slack"`
+	// MinConfidence is the prediction confidence below which an endpoint
+	// is not judged (admission never sheds on a guess); default 0.25.
+	MinConfidence *float64 `yaml:"minConfidence"`
+	// ShedTTFTMs sheds sheddable requests without objectives when every
+	// endpoint's predicted TTFT exceeds it, in milliseconds; default 0,
+	// never.
+	ShedTTFTMs float64 `yaml:"shedTTFTMs"`
+}
+
+// params returns the admitter's parameters: the defaults with a's fields
+// over them.
+func (a *AdmissionConfig) params() scorer.SLOParams {
+	p := scorer.DefaultSLOParams()
+	if a.Slack != 0 {
+		p.Slack = a.Slack
+	}
+	if a.MinConfidence != nil {
+		p.MinConfidence = *a.MinConfidence
+	}
+	p.ShedTTFTMs = a.ShedTTFTMs
+	return p
 }
 
 // EndpointConfig is one static model-server replica.

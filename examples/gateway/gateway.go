@@ -21,6 +21,7 @@ import (
 
 	"github.com/inferroute/inferroute/picker"
 	"github.com/inferroute/inferroute/router"
+	"github.com/inferroute/inferroute/scorer"
 	"github.com/inferroute/inferroute/signals"
 	"github.com/inferroute/inferroute/signals/latency"
 	"github.com/inferroute/inferroute/signals/prefix"
@@ -86,12 +87,20 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 			halfLife = picker.DefaultHalfLife
 		}
 		pred := latency.New(latency.Config{HalfLife: halfLife})
-		pk, err := picker.New(pcfg,
+		opts := []picker.Option{
 			picker.WithLogger(log.With("pool", pc.Name)),
 			picker.WithMeterProvider(g.mp),
 			picker.WithPrefixMatcher(ix),
 			picker.WithLatencyEstimator(pred),
-		)
+		}
+		if pc.Admission != nil {
+			adm, err := scorer.NewSLOAdmitter(pc.Admission.params(), scorer.Env{HalfLife: halfLife, Matcher: ix, Estimator: pred})
+			if err != nil {
+				return nil, fmt.Errorf("pool %q: admission: %w", pc.Name, err)
+			}
+			opts = append(opts, picker.WithAdmitter(adm))
+		}
+		pk, err := picker.New(pcfg, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 		}

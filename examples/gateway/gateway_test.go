@@ -329,6 +329,42 @@ func TestHTTPSPods(t *testing.T) {
 		5*time.Second, 10*time.Millisecond, "both pods' metrics scraped over https")
 }
 
+// TestAdmission429 checks a pool's admission section end to end: a
+// sheddable request whose TTFT objective no endpoint is predicted to meet
+// is answered 429 with Retry-After and never reaches a pod; the same
+// request at priority 0 is served.
+func TestAdmission429(t *testing.T) {
+	a := newPod(t, nil)
+	// minConfidence 0 lets the GPU-label prior judge, so a cold gateway
+	// sheds; a 1 µs objective no prediction meets.
+	yaml := strings.Replace(gatewayYAML(a.addr()), "    endpoints:\n",
+		"    admission: {minConfidence: 0}\n    endpoints:\n", 1)
+	url, _ := startGateway(t, yaml)
+	post := func(priority string) *http.Response {
+		req, err := http.NewRequest(http.MethodPost, url+"/v1/chat/completions",
+			strings.NewReader(`{"model":"`+base+`","messages":[{"role":"user","content":"hi"}]}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("x-inferroute-priority", priority)
+		req.Header.Set("x-slo-ttft-ms", "0.001")
+		r, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = r.Body.Close() })
+		return r
+	}
+	r := post("-1")
+	body, _ := io.ReadAll(r.Body)
+	require.Equal(t, 429, r.StatusCode, "%s", body)
+	assert.Equal(t, "1", r.Header.Get("Retry-After"))
+	assert.Contains(t, string(body), `"code":"rate_limit_exceeded"`)
+	assert.Zero(t, a.requests.Load(), "a shed request never reaches a pod")
+
+	r = post("0")
+	_, _ = io.Copy(io.Discard, r.Body)
+	assert.Equal(t, 200, r.StatusCode, "priority 0 is always admitted")
+	assert.Equal(t, int64(1), a.requests.Load())
+}
+
 func TestParseConfig(t *testing.T) {
 	tests := []struct {
 		name, yaml, err string
