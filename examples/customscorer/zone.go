@@ -25,6 +25,11 @@ const (
 	DefaultCostLabel  = "inferroute.io/cost-per-mtok"
 )
 
+// DefaultSameRegion is the zone-affinity scorer's sameRegion when its YAML
+// params leave it out. NewZoneScorer does not apply it: there a zero
+// SameRegion is a value, not a gap.
+const DefaultSameRegion = 0.5
+
 // Compile-time guards.
 var (
 	_ scorer.Scorer = (*ZoneScorer)(nil)
@@ -50,14 +55,18 @@ type ZoneScorer struct {
 	// Label names the endpoint label carrying its zone.
 	Label string `yaml:"label"`
 	// SameRegion is the score of an endpoint in the client's region but
-	// another zone, in [0, 1].
+	// another zone, in [0, 1]. 0 scores such endpoints like those of other
+	// regions.
 	SameRegion float64 `yaml:"sameRegion"`
 
 	canonHeader string
 }
 
-// NewZoneScorer returns a ZoneScorer with defaults for empty fields of z,
-// and validates it.
+// NewZoneScorer returns a ZoneScorer with DefaultZoneHeader for an empty
+// Header and DefaultZoneLabel for an empty Label of z. SameRegion is taken
+// as given, so the zero value scores same-region endpoints 0, like other
+// regions; set it (to DefaultSameRegion, say) for a partial match. It
+// fails if SameRegion is not in [0, 1].
 func NewZoneScorer(z ZoneScorer) (*ZoneScorer, error) {
 	if z.Header == "" {
 		z.Header = DefaultZoneHeader
@@ -131,10 +140,13 @@ func (c *CostScorer) Score(_ context.Context, in *scorer.Input, out []float64) {
 
 // Register adds ZoneScorer under ZoneScorerName and CostScorer under
 // CostScorerName to reg. Their YAML params are the fields' yaml names;
-// unknown params are errors. It fails if either name is taken.
+// unknown params are errors. Params left out take the defaults:
+// DefaultZoneHeader, DefaultZoneLabel and DefaultSameRegion for the zone
+// scorer, DefaultCostLabel for the cost scorer. It fails if either name is
+// taken.
 func Register(reg *scorer.Registry) error {
 	err := reg.RegisterScorer(ZoneScorerName, func(p scorer.Params, _ scorer.Env) (scorer.Scorer, error) {
-		z := ZoneScorer{SameRegion: 0.5}
+		z := ZoneScorer{SameRegion: DefaultSameRegion}
 		if err := p.Decode(&z); err != nil {
 			return nil, err
 		}

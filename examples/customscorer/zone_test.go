@@ -93,6 +93,53 @@ func TestZoneScorer(t *testing.T) {
 	}
 }
 
+// TestZoneScorerDefaults pins which defaults apply where: NewZoneScorer
+// fills in the header and label names only, the YAML factory also
+// sameRegion.
+func TestZoneScorerDefaults(t *testing.T) {
+	sameRegionEP := zones("us-east1-c")
+	t.Run("NewZoneScorer", func(t *testing.T) {
+		z, err := customscorer.NewZoneScorer(customscorer.ZoneScorer{})
+		require.NoError(t, err)
+		assert.Equal(t, customscorer.DefaultZoneHeader, z.Header)
+		assert.Equal(t, customscorer.DefaultZoneLabel, z.Label)
+		assert.Zero(t, z.SameRegion)
+		got, raw := score(z, withZone("us-east1-b"), sameRegionEP)
+		assert.Equal(t, []float64{0}, got, "zero SameRegion scores like another region")
+		assert.Equal(t, []float64{1}, raw, "the match level still says same region")
+	})
+	tests := []struct {
+		name, params string
+		want         customscorer.ZoneScorer
+	}{
+		{name: "no params", want: customscorer.ZoneScorer{Header: customscorer.DefaultZoneHeader,
+			Label: customscorer.DefaultZoneLabel, SameRegion: customscorer.DefaultSameRegion}},
+		{name: "sameRegion left out", params: "{header: x-z}", want: customscorer.ZoneScorer{Header: "x-z",
+			Label: customscorer.DefaultZoneLabel, SameRegion: customscorer.DefaultSameRegion}},
+		{name: "explicit zero sameRegion", params: "{sameRegion: 0}", want: customscorer.ZoneScorer{
+			Header: customscorer.DefaultZoneHeader, Label: customscorer.DefaultZoneLabel}},
+	}
+	for _, tc := range tests {
+		t.Run("YAML/"+tc.name, func(t *testing.T) {
+			reg := scorer.NewRegistry()
+			require.NoError(t, customscorer.Register(reg))
+			var params scorer.Params
+			if tc.params != "" {
+				var err error
+				params, err = scorer.ParseParams(tc.params)
+				require.NoError(t, err)
+			}
+			s, err := reg.NewScorer(customscorer.ZoneScorerName, params, scorer.Env{})
+			require.NoError(t, err)
+			z, ok := s.(*customscorer.ZoneScorer)
+			require.True(t, ok, "%T", s)
+			assert.Equal(t, tc.want.Header, z.Header)
+			assert.Equal(t, tc.want.Label, z.Label)
+			assert.Equal(t, tc.want.SameRegion, z.SameRegion)
+		})
+	}
+}
+
 func TestZoneScorerHeaderCase(t *testing.T) {
 	z, err := customscorer.NewZoneScorer(customscorer.ZoneScorer{Header: "X-MY-zone", SameRegion: 0.5})
 	require.NoError(t, err)

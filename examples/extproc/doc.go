@@ -30,8 +30,8 @@
 // (the inference extension's mode: the headers response is held until the
 // body is in, then the body is streamed back in chunks of at most 64 KiB).
 // Envoy announces its mode in protocol_config; Options says what to assume
-// otherwise. STREAMED request bodies cannot carry a body-based decision and
-// are refused.
+// otherwise. STREAMED and BUFFERED_PARTIAL request bodies (and any other
+// mode) cannot carry a body-based decision and are refused.
 //
 // The gRPC health service answers SERVING for "", liveness, readiness and
 // envoy.service.ext_proc.v3.ExternalProcessor.

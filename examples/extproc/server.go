@@ -172,11 +172,12 @@ func NewServer(opts Options) (*Server, error) {
 // decision taken from the body: in STREAMED mode Envoy waits for the
 // headers response before it sends the body, and header mutations in body
 // responses apply only in BUFFERED mode (ext_proc CommonResponse
-// header_mutation).
+// header_mutation), which also rules out BUFFERED_PARTIAL, whose body
+// message may moreover hold only the part of the body that fit Envoy's
+// buffer (ProcessingMode BUFFERED_PARTIAL).
 func checkRequestMode(m filterv3.ProcessingMode_BodySendMode) error {
 	switch m {
-	case filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_BUFFERED_PARTIAL,
-		filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
+	case filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
 		return nil
 	}
 	return fmt.Errorf("extproc: request body mode %v cannot route on the body; use BUFFERED or FULL_DUPLEX_STREAMED", m)
@@ -317,7 +318,9 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 		}
 		st.header.Add(hv.GetKey(), v)
 	}
-	// Routing headers are ours to set: never trust a client's.
+	// Routing headers are ours to set: never trust a client's. These are
+	// dropped from the routing decision here, and from the request sent
+	// upstream by destinationMutation.
 	st.header.Del(HeaderDestination)
 	st.header.Del(KeySubset)
 	if h.GetEndOfStream() {
@@ -327,7 +330,7 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 	switch st.reqMode {
 	case filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
 		return nil // hold the headers response until the body is in
-	default: // BUFFERED, BUFFERED_PARTIAL: the body comes after this answer
+	default: // BUFFERED: the body comes after this answer
 		return st.send(&extprocv3.ProcessingResponse{Response: headersResponse(nil)})
 	}
 }
@@ -603,8 +606,14 @@ func headersResponse(mut *extprocv3.HeaderMutation) *extprocv3.ProcessingRespons
 		Response: &extprocv3.CommonResponse{HeaderMutation: mut}}}
 }
 
+// destinationMutation sets the destination header, overwriting a
+// client's, and removes a client-sent subset header, so that the request
+// reaches the model server with the picker's routing headers only.
 func destinationMutation(dest string) *extprocv3.HeaderMutation {
-	return &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{headerOption(HeaderDestination, dest)}}
+	return &extprocv3.HeaderMutation{
+		SetHeaders:    []*corev3.HeaderValueOption{headerOption(HeaderDestination, dest)},
+		RemoveHeaders: []string{KeySubset},
+	}
 }
 
 func headerOption(k, v string) *corev3.HeaderValueOption {

@@ -403,20 +403,40 @@ func TestSubsetHint(t *testing.T) {
 	}
 }
 
-func TestClientRoutingHeadersAreIgnored(t *testing.T) {
-	h := newHarness(t, setup{})
-	// Load 10.0.0.1 so the queue scorer avoids it, then have the client
-	// ask for it through the headers: the pick must not follow.
-	h.eps[0].Dispatch(0)
-	h.eps[0].Dispatch(0)
-	e := h.open(t)
-	e.send(requestHeaders(protocol(filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_STREAMED), false,
-		extproc.KeySubset, "10.0.0.1:8000", extproc.HeaderDestination, "10.0.0.1:8000"))
-	e.recv()
-	e.send(requestBody(chatBody, true))
-	r := e.recv()
-	dest := destination(t, r, r.GetRequestBody().GetResponse().GetHeaderMutation())
-	assert.NotEqual(t, "10.0.0.1:8000", strings.Split(dest, ",")[0])
+// TestClientRoutingHeadersAreDropped checks that client-sent routing
+// headers neither steer the pick nor reach the model server: the
+// destination header is overwritten (destination checks the action) and
+// the subset header removed.
+func TestClientRoutingHeadersAreDropped(t *testing.T) {
+	for _, mode := range []filterv3.ProcessingMode_BodySendMode{
+		filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED,
+	} {
+		t.Run(mode.String(), func(t *testing.T) {
+			h := newHarness(t, setup{})
+			// Load 10.0.0.1 so the queue scorer avoids it, then have the
+			// client ask for it through the headers: the pick must not follow.
+			h.eps[0].Dispatch(0)
+			h.eps[0].Dispatch(0)
+			e := h.open(t)
+			e.send(requestHeaders(protocol(mode, filterv3.ProcessingMode_STREAMED), false,
+				extproc.KeySubset, "10.0.0.1:8000", extproc.HeaderDestination, "10.0.0.1:8000"))
+			var mut *extprocv3.HeaderMutation
+			var r *extprocv3.ProcessingResponse
+			if mode == filterv3.ProcessingMode_BUFFERED {
+				e.recv()
+				e.send(requestBody(chatBody, true))
+				r = e.recv()
+				mut = r.GetRequestBody().GetResponse().GetHeaderMutation()
+			} else {
+				e.send(requestBody(chatBody, true))
+				r = e.recv()
+				mut = r.GetRequestHeaders().GetResponse().GetHeaderMutation()
+			}
+			dest := destination(t, r, mut)
+			assert.NotEqual(t, "10.0.0.1:8000", strings.Split(dest, ",")[0])
+			assert.Equal(t, []string{extproc.KeySubset}, mut.GetRemoveHeaders())
+		})
+	}
 }
 
 func TestImmediateResponses(t *testing.T) {
@@ -555,15 +575,29 @@ func TestModelAliasRewritesBody(t *testing.T) {
 	assert.Equal(t, "36", cl, "len(%s)", want)
 }
 
-func TestStreamedRequestModeIsRefused(t *testing.T) {
-	_, err := extproc.NewServer(extproc.Options{Table: &router.Table{}, RequestBodyMode: filterv3.ProcessingMode_STREAMED})
-	require.Error(t, err)
+// TestUnsupportedRequestModesAreRefused covers the request body modes in
+// which the destination cannot be set from the body: STREAMED, and
+// BUFFERED_PARTIAL (body responses' header mutations are ignored, and the
+// body may be cut at Envoy's buffer limit).
+func TestUnsupportedRequestModesAreRefused(t *testing.T) {
+	for _, mode := range []filterv3.ProcessingMode_BodySendMode{
+		filterv3.ProcessingMode_STREAMED, filterv3.ProcessingMode_BUFFERED_PARTIAL, filterv3.ProcessingMode_GRPC,
+	} {
+		t.Run(mode.String(), func(t *testing.T) {
+			_, err := extproc.NewServer(extproc.Options{Table: &router.Table{}, RequestBodyMode: mode})
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), mode.String())
 
-	h := newHarness(t, setup{})
-	e := h.open(t)
-	e.send(requestHeaders(protocol(filterv3.ProcessingMode_STREAMED, filterv3.ProcessingMode_STREAMED), false))
-	_, err = e.stream.Recv()
-	assert.Equal(t, codes.FailedPrecondition, status.Code(err))
+			h := newHarness(t, setup{})
+			e := h.open(t)
+			e.send(requestHeaders(protocol(mode, filterv3.ProcessingMode_STREAMED), false))
+			_, err = e.stream.Recv()
+			assert.Equal(t, codes.FailedPrecondition, status.Code(err))
+			for _, ep := range h.eps {
+				assert.Zero(t, ep.Counters().Dispatched, "nothing was picked")
+			}
+		})
+	}
 }
 
 func TestHealth(t *testing.T) {

@@ -51,8 +51,9 @@ type Options struct {
 	// ErrReservationExpired to the picker. Default
 	// DefaultReservationTimeout.
 	ReservationTimeout time.Duration
-	// MaxReservations bounds the open reservations; Pick answers
-	// RESOURCE_EXHAUSTED beyond it. Default DefaultMaxReservations.
+	// MaxReservations bounds the open reservations, counting those that
+	// concurrent Picks are making: a Pick that would exceed it answers
+	// RESOURCE_EXHAUSTED without picking. Default DefaultMaxReservations.
 	MaxReservations int
 	// Clock tells the time for reservation deadlines. Default the system
 	// clock. Deadlines are assumed to come in the order reservations are
@@ -82,10 +83,11 @@ type Server struct {
 	hasher *prefix.Hasher
 	log    *slog.Logger
 
-	mu     sync.Mutex
-	byID   map[string]*list.Element // of *reservation
-	order  *list.List               // reservations, oldest (earliest deadline) first
-	closed bool
+	mu      sync.Mutex
+	byID    map[string]*list.Element // of *reservation
+	order   *list.List               // reservations, oldest (earliest deadline) first
+	picking int                      // Picks holding a slot under max, not yet in byID
+	closed  bool
 }
 
 var _ pickerpb.PickerServer = (*Server)(nil)
@@ -135,11 +137,36 @@ func NewServer(p *picker.Picker, opts Options) *Server {
 
 // Pick chooses an endpoint for the request and reserves it until Done.
 // Expired reservations are released first. It does not block on I/O.
+//
+// It answers INVALID_ARGUMENT, naming the field, for a request with a
+// negative prompt_tokens or max_output_tokens or a negative or malformed
+// ttft_slo, and RESOURCE_EXHAUSTED without picking when MaxReservations
+// reservations are open or being made by concurrent Picks, so the bound
+// holds under any concurrency.
 func (s *Server) Pick(ctx context.Context, in *pickerpb.PickRequest) (*pickerpb.PickResponse, error) {
-	s.sweep(s.clock.Now())
-	if n := s.Outstanding(); n >= s.max {
-		return nil, status.Errorf(codes.ResourceExhausted, "%d reservations are open; call Done", n)
+	if err := validate(in); err != nil {
+		return nil, err
 	}
+	s.sweep(s.clock.Now())
+	// Take a slot under the bound before picking: the check and the
+	// count are one step, so concurrent Picks cannot overshoot it. The
+	// slot becomes the reservation below, or is freed on failure.
+	s.mu.Lock()
+	if n := len(s.byID) + s.picking; n >= s.max {
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.ResourceExhausted, "%d reservations are open or being made; call Done", n)
+	}
+	s.picking++
+	s.mu.Unlock()
+	slot := true
+	defer func() {
+		if slot {
+			s.mu.Lock()
+			s.picking--
+			s.mu.Unlock()
+		}
+	}()
+
 	req := s.request(in)
 	res, err := s.p.Pick(ctx, req)
 	if err != nil {
@@ -165,6 +192,8 @@ func (s *Server) Pick(ctx context.Context, in *pickerpb.PickRequest) (*pickerpb.
 	out.ReservationId = id
 	r := &reservation{id: id, deadline: s.clock.Now().Add(s.ttl), done: res.Done, first: res.FirstToken, endpoint: res.Endpoint.Name}
 	s.mu.Lock()
+	s.picking--
+	slot = false
 	if s.closed {
 		s.mu.Unlock()
 		res.Done(picker.DoneInfo{Err: ErrServerClosed})
@@ -283,6 +312,26 @@ func (s *Server) newID() (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(b[:]), nil
+}
+
+// validate checks the PickRequest fields that have invalid values: token
+// counts and the TTFT objective cannot be negative.
+func validate(in *pickerpb.PickRequest) error {
+	if n := in.GetPromptTokens(); n < 0 {
+		return status.Errorf(codes.InvalidArgument, "prompt_tokens: %d is negative", n)
+	}
+	if n := in.GetMaxOutputTokens(); n < 0 {
+		return status.Errorf(codes.InvalidArgument, "max_output_tokens: %d is negative", n)
+	}
+	if d := in.GetTtftSlo(); d != nil {
+		if err := d.CheckValid(); err != nil {
+			return status.Errorf(codes.InvalidArgument, "ttft_slo: %v", err)
+		}
+		if d.AsDuration() < 0 {
+			return status.Errorf(codes.InvalidArgument, "ttft_slo: %v is negative", d.AsDuration())
+		}
+	}
+	return nil
 }
 
 // request converts a PickRequest. The Request is owned by the picker's

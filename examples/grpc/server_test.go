@@ -160,6 +160,129 @@ func TestPickErrors(t *testing.T) {
 	}
 }
 
+// gate is an admitter that admits every request, but only once the test
+// opens it: each Admit reports its arrival on entered and then waits.
+type gate struct {
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (g *gate) Admit(ctx context.Context, _ *scorer.Input) (bool, string) {
+	g.entered <- struct{}{}
+	select {
+	case <-g.open:
+		return true, ""
+	case <-ctx.Done():
+		return false, "canceled"
+	}
+}
+
+// TestMaxReservationsUnderConcurrency holds concurrent Picks inside the
+// picker until every Pick has either reached it or been refused, so that
+// each Pick checks the bound while the others are in flight: exactly
+// MaxReservations of them may get through.
+func TestMaxReservationsUnderConcurrency(t *testing.T) {
+	const limit, picks = 4, 64
+	eps := endpoints("a", "b")
+	g := &gate{entered: make(chan struct{}, picks), open: make(chan struct{})}
+	h := newHarness(t, setup{eps: eps, opts: pickergrpc.Options{MaxReservations: limit},
+		pickOpt: []picker.Option{picker.WithAdmitter(g)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a guard against a hang
+	defer cancel()
+
+	type result struct {
+		id  string
+		err error
+	}
+	results := make(chan result, picks)
+	for range picks {
+		go func() {
+			resp, err := h.client.Pick(ctx, &pickerpb.PickRequest{})
+			results <- result{resp.GetReservationId(), err}
+		}()
+	}
+	var got []result
+	entered := 0
+	for entered+len(got) < picks {
+		select {
+		case <-g.entered:
+			entered++
+		case r := <-results:
+			got = append(got, r)
+		case <-ctx.Done():
+			require.FailNow(t, "picks hang", "%d entered the picker, %d returned", entered, len(got))
+		}
+	}
+	close(g.open)
+	for len(got) < picks {
+		got = append(got, <-results)
+	}
+
+	var ids []string
+	for _, r := range got {
+		if r.err == nil {
+			ids = append(ids, r.id)
+			continue
+		}
+		assert.Equal(t, codes.ResourceExhausted, status.Code(r.err), r.err.Error())
+	}
+	assert.Equal(t, limit, len(ids), "successful picks")
+	assert.Equal(t, limit, entered, "picks that reached the picker")
+	assert.Equal(t, len(ids), h.server.Outstanding())
+	var inFlight int64
+	var dispatched uint64
+	for _, ep := range eps {
+		inFlight += ep.InFlight()
+		dispatched += ep.Counters().Dispatched
+	}
+	assert.Equal(t, int64(len(ids)), inFlight)
+	assert.Equal(t, uint64(len(ids)), dispatched, "refused picks dispatch nothing")
+
+	for _, id := range ids {
+		_, err := h.client.Done(ctx, &pickerpb.DoneRequest{ReservationId: id})
+		require.NoError(t, err)
+	}
+	assert.Zero(t, h.server.Outstanding())
+	for _, ep := range eps {
+		assert.Zero(t, ep.InFlight(), ep.Name)
+	}
+	// The freed slots are usable again.
+	_, err := h.client.Pick(ctx, &pickerpb.PickRequest{})
+	require.NoError(t, err)
+}
+
+func TestPickInvalidArgument(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      *pickerpb.PickRequest
+		wantMsg string
+	}{
+		{name: "negative prompt_tokens", in: &pickerpb.PickRequest{PromptTokens: -1}, wantMsg: "prompt_tokens: -1 is negative"},
+		{name: "negative max_output_tokens", in: &pickerpb.PickRequest{MaxOutputTokens: -5},
+			wantMsg: "max_output_tokens: -5 is negative"},
+		{name: "negative ttft_slo", in: &pickerpb.PickRequest{TtftSlo: durationpb.New(-time.Second)},
+			wantMsg: "ttft_slo: -1s is negative"},
+		{name: "malformed ttft_slo", in: &pickerpb.PickRequest{TtftSlo: &durationpb.Duration{Seconds: 1, Nanos: -1}},
+			wantMsg: "ttft_slo: "},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			eps := endpoints("a")
+			h := newHarness(t, setup{eps: eps})
+			_, err := h.client.Pick(context.Background(), tc.in)
+			require.Error(t, err)
+			assert.Equal(t, codes.InvalidArgument, status.Code(err), err.Error())
+			assert.Contains(t, status.Convert(err).Message(), tc.wantMsg)
+			assert.Zero(t, h.server.Outstanding())
+			assert.Zero(t, eps[0].Counters().Dispatched, "nothing was picked")
+		})
+	}
+	// Zero values are valid: every PickRequest field is optional.
+	h := newHarness(t, setup{eps: endpoints("a")})
+	_, err := h.client.Pick(context.Background(), &pickerpb.PickRequest{TtftSlo: durationpb.New(0)})
+	require.NoError(t, err)
+}
+
 func TestPickThenDone(t *testing.T) {
 	eps := endpoints("a", "b")
 	h := newHarness(t, setup{eps: eps})

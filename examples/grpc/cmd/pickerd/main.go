@@ -1,6 +1,8 @@
 // Command pickerd serves an inferroute picker over gRPC (the
-// inferroute.picker.v1.Picker service and grpc.health.v1.Health) for a
-// static list of model-server endpoints, scraping their metrics pages.
+// inferroute.picker.v1.Picker service and grpc.health.v1.Health, with
+// server reflection so that tools such as grpcurl need no .proto files)
+// for a static list of model-server endpoints, scraping their metrics
+// pages.
 //
 //	pickerd -listen :9002 -endpoints pod-a=10.0.0.1:8000,pod-b=10.0.0.2:8000
 package main
@@ -22,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
 
 	pickergrpc "github.com/inferroute/inferroute/examples/grpc"
 	"github.com/inferroute/inferroute/examples/grpc/pickerpb"
@@ -99,11 +102,8 @@ func run(listen, list, engine, model, configPath string, scrapeOn bool, ttl time
 	if err != nil {
 		return err
 	}
-	gs := grpc.NewServer()
-	pickerpb.RegisterPickerServer(gs, srv)
 	hs := health.NewServer()
-	hs.SetServingStatus(pickerpb.Picker_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(gs, hs)
+	gs := newGRPCServer(srv, hs)
 	go func() {
 		<-ctx.Done()
 		hs.Shutdown()
@@ -114,6 +114,17 @@ func run(listen, list, engine, model, configPath string, scrapeOn bool, ttl time
 		return err
 	}
 	return nil
+}
+
+// newGRPCServer returns a gRPC server with the picker service, the health
+// service (reporting the picker SERVING) and server reflection registered.
+func newGRPCServer(srv pickerpb.PickerServer, hs *health.Server) *grpc.Server {
+	gs := grpc.NewServer()
+	pickerpb.RegisterPickerServer(gs, srv)
+	hs.SetServingStatus(pickerpb.Picker_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	return gs
 }
 
 // parseEndpoints reads "name=host:port,host:port,...".
