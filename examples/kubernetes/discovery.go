@@ -113,6 +113,8 @@ type Discovery struct {
 	lister  listersv1.EndpointSliceLister
 	synced  cache.InformerSynced
 	dirty   chan struct{}
+	first   chan struct{} // closed once the first set is published
+	once    sync.Once
 
 	syncMu  sync.Mutex        // serialises Sync, so sets are published in order
 	known   map[string]*entry // by identity (pod or address); guarded by syncMu
@@ -147,6 +149,7 @@ func New(client kubernetes.Interface, cfg Config, sinks ...Sink) (*Discovery, er
 		sinks:    sinks,
 		log:      cfg.Logger,
 		dirty:    make(chan struct{}, 1),
+		first:    make(chan struct{}),
 		known:    make(map[string]*entry),
 	}
 	if d.log == nil {
@@ -179,6 +182,11 @@ func (d *Discovery) markDirty() {
 	}
 }
 
+// Synced returns a channel closed once Run has published its first
+// endpoint set from a synced cache: until then the sinks know no
+// endpoint, and a server built on them should not report itself ready.
+func (d *Discovery) Synced() <-chan struct{} { return d.first }
+
 // Run starts the informer, waits for its cache to fill, publishes the
 // first endpoint set, and then republishes after every change until ctx is
 // done. It blocks: run it in its own goroutine. It returns an error if the
@@ -192,6 +200,8 @@ func (d *Discovery) Run(ctx context.Context) error {
 	for {
 		if err := d.Sync(); err != nil {
 			d.log.Warn("kubediscovery: listing slices", "err", err)
+		} else {
+			d.once.Do(func() { close(d.first) })
 		}
 		select {
 		case <-ctx.Done():

@@ -408,3 +408,30 @@ func TestManyUpdatesKeepEndpoints(t *testing.T) {
 		}
 	}
 }
+
+// TestSynced checks the readiness signal kubepickerd's health service
+// waits on: open before Run, closed once the first set from the synced
+// cache is published, with that set already in the sinks.
+func TestSynced(t *testing.T) {
+	p, err := picker.New(picker.Config{})
+	require.NoError(t, err)
+	s1 := slice("vllm-abc", "vllm", nil, ep{pod: "vllm-0", ips: []string{"10.0.0.1"}})
+	cfg := kubediscovery.Config{Namespace: ns, Selector: "kubernetes.io/service-name=vllm"}
+
+	idle, err := kubediscovery.New(fake.NewClientset(s1), cfg, p)
+	require.NoError(t, err)
+	select {
+	case <-idle.Synced():
+		t.Fatal("Synced closed before Run")
+	default:
+	}
+
+	_, d := start(t, cfg, []kubediscovery.Sink{p}, s1)
+	select {
+	case <-d.Synced():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Synced never closed")
+	}
+	require.Len(t, p.Endpoints(), 1, "the first set reached the sinks before Synced closed")
+	assert.Equal(t, "vllm-0", p.Endpoints()[0].Name)
+}

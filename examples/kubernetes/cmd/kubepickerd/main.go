@@ -105,9 +105,23 @@ func run(cfg kubediscovery.Config, kubeconfig, listen, configPath string, log *s
 	}
 	gs := grpc.NewServer()
 	pickerpb.RegisterPickerServer(gs, srv)
+	// Not serving until discovery has published the first endpoint set:
+	// before it every Pick would fail with no endpoints.
 	hs := health.NewServer()
-	hs.SetServingStatus(pickerpb.Picker_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	for _, name := range []string{"", pickerpb.Picker_ServiceDesc.ServiceName} {
+		hs.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
 	healthpb.RegisterHealthServer(gs, hs)
+	go func() {
+		select {
+		case <-d.Synced():
+			for _, name := range []string{"", pickerpb.Picker_ServiceDesc.ServiceName} {
+				hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+			}
+			log.Info("endpoints discovered", "count", len(d.Endpoints()))
+		case <-ctx.Done():
+		}
+	}()
 	go func() {
 		select {
 		case <-ctx.Done():
