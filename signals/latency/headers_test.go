@@ -92,3 +92,34 @@ func TestRelativeSpeed(t *testing.T) {
 	assert.False(t, ok)
 	assert.Equal(t, 1.0, got)
 }
+
+// TestGPURelativeSpeedFamilies: a class name followed by more digits is
+// another card, not that class (an L40 is not an L4).
+func TestGPURelativeSpeedFamilies(t *testing.T) {
+	tests := []struct {
+		name string
+		want float64
+		ok   bool
+	}{
+		{"l4", 0.39, true},
+		{"L4-24GB", 0.39, true},
+		{"l40", 0.58, true},
+		{"L40-48GB", 0.58, true},
+		{"l40s", 1.16, true},
+		{"L40S-48GB", 1.16, true},
+		{" A100-SXM4-80GB ", 1, true},
+		{"a100_80gb", 1, true},
+		{"h100sxm", 2.2, true},
+		{"a10", 0.40, true},
+		{"a1000", 0, false},
+		{"h1000", 0, false},
+		{"l400", 0, false},
+		{"l", 0, false},
+		{"", 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := GPURelativeSpeed(tt.name)
+		assert.Equal(t, tt.ok, ok, "%q known", tt.name)
+		assert.InDelta(t, tt.want, got, 1e-12, "%q speed", tt.name)
+	}
+}

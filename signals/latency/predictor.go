@@ -62,12 +62,13 @@ type Config struct {
 	// HalfLife is the age at which a scraped value's confidence halves, as
 	// for the signals (signals.Staleness); 0 means scrapes never age.
 	HalfLife time.Duration
-	// Forgetting is the forgetting factor λ in (0, 1) of both models: each
-	// observation's weight is multiplied by λ at every new one, so the
+	// Forgetting is the forgetting factor λ in [0.5, 1] of both models:
+	// each observation's weight is multiplied by λ at every new one, so the
 	// model remembers about 1/(1−λ) observations and a change of the
 	// endpoint's speed is half absorbed after ln 0.5 / ln λ of them.
-	// 0 means DefaultForgetting; values outside (0, 1] are clamped into
-	// [0.5, 1].
+	// 0 (and NaN) means DefaultForgetting. Values below 0.5, negative ones
+	// included, are raised to 0.5 (a memory of about 2 observations); values
+	// above 1 are lowered to 1 (no forgetting).
 	Forgetting float64
 	// PriorSamples is how many typical observations the prior is worth in
 	// each direction (the ridge strength). 0 means 0.1.
@@ -90,8 +91,13 @@ type Config struct {
 	// A100-80GB in Splitwise's measured performance model at 2k-token
 	// prompts: 2048 tokens in 0.69 s is about 3000 tokens/s).
 	PriorThroughput float64
-	// MaxPending bounds the dispatches remembered until their completion.
-	// When full, the oldest is forgotten. 0 means 65536.
+	// MaxPending bounds the outstanding dispatches remembered until their
+	// completion: when a dispatch would make more than MaxPending of them,
+	// the oldest outstanding one is forgotten (its completion then teaches
+	// nothing), however recent the others. A completed dispatch no longer
+	// counts, so a long request is remembered however many shorter ones
+	// come and go meanwhile. Concurrent dispatches can exceed the bound for
+	// a moment, by one each. 0 means 65536.
 	MaxPending int
 	// StateTTL is how long the state of an endpoint that sees no dispatch
 	// or completion is kept; 0 means one hour. Use Forget to drop an
@@ -480,8 +486,8 @@ func (p *Predictor) loadFeatures(x *[maxDim]float64, req *signals.Request, ep *s
 // outcome in Completed. It assumes, as package picker does, that ep has
 // already counted the request (ep.Dispatch, ep.NoteAdapter), and removes
 // the request's own share from the load it reads. At most Config.MaxPending
-// dispatches are remembered; the oldest is dropped first. Safe for
-// concurrent use; it does not block on anything but a short mutex.
+// outstanding dispatches are remembered; the oldest is dropped first. Safe
+// for concurrent use; it does not block on anything but short mutexes.
 func (p *Predictor) Dispatched(req *signals.Request, ep *signals.Endpoint) {
 	if req == nil || ep == nil {
 		return

@@ -21,7 +21,10 @@ const (
 
 // GPURelativeSpeed returns the prefill speed of a GPU class relative to an
 // A100, and whether the name is known. Names are case-insensitive and may
-// carry a memory or form-factor suffix ("h100-80gb", "A100-SXM4-40GB").
+// carry a memory or form-factor suffix ("h100-80gb", "A100-SXM4-40GB"),
+// but not one that starts with a digit: a name is taken for a class only
+// if the class name is not followed by a digit, so "l40" is not an "l4"
+// and "a1000" (an RTX A1000) is not an "a100". Unlisted names are unknown.
 //
 // Sources. H100 and H200: 2.2, the measured ratio of A100-80GB to
 // H100-80GB prompt (prefill) time for Llama-2-70B at 2k–8k prompt tokens in
@@ -30,25 +33,30 @@ const (
 // ISCA 2024; data/perf_model.csv, copied in perf/splitwise_perf_model.csv);
 // the H200 has the H100's compute. The others have no measurement in perf/
 // and use the ratio of dense BF16 tensor throughput on NVIDIA's data sheets
-// to the A100's 312 TFLOPS: L40S 362 (1.16), A10 125 (0.40), L4 121 (0.39).
-// Prefill is compute-bound, so peak compute orders the cards; the data-sheet
-// ratios are optimistic for big cards (the H100's is 3.2, measured 2.2), and
-// the learned model replaces all of them after a few samples.
+// to the A100's 312 TFLOPS: L40S 362 (1.16), L40 181 (0.58; the L40 data
+// sheet's 181.05 TFLOPS, 362.1 with sparsity), A10 125 (0.40), L4 121
+// (0.39). Prefill is compute-bound, so peak compute orders the cards; the
+// data-sheet ratios are optimistic for big cards (the H100's is 3.2,
+// measured 2.2), and the learned model replaces all of them after a few
+// samples.
 func GPURelativeSpeed(name string) (float64, bool) {
 	n := strings.ToLower(strings.TrimSpace(name))
-	switch {
-	case strings.HasPrefix(n, "h100"), strings.HasPrefix(n, "h200"):
-		return 2.2, true
-	case strings.HasPrefix(n, "a100"):
-		return 1, true
-	case strings.HasPrefix(n, "l40s"):
-		return 1.16, true
-	case strings.HasPrefix(n, "a10"):
-		return 0.40, true
-	case strings.HasPrefix(n, "l4"):
-		return 0.39, true
+	for _, g := range gpuSpeeds {
+		rest, ok := strings.CutPrefix(n, g.class)
+		if ok && (rest == "" || rest[0] < '0' || rest[0] > '9') {
+			return g.speed, true
+		}
 	}
 	return 0, false
+}
+
+// gpuSpeeds lists the GPU classes GPURelativeSpeed knows, a class before
+// any other that is a prefix of it ("l40s" before "l40").
+var gpuSpeeds = [...]struct {
+	class string
+	speed float64
+}{
+	{"h100", 2.2}, {"h200", 2.2}, {"a100", 1}, {"l40s", 1.16}, {"l40", 0.58}, {"a10", 0.40}, {"l4", 0.39},
 }
 
 // RelativeSpeed returns the endpoint's prefill speed relative to an A100
