@@ -11,8 +11,12 @@ import (
 // Breakdown explains one pick: every candidate that survived the filters,
 // and what each scorer gave it. It reads the picker's scratch space without
 // copying, so it is valid only until the Result's Done is called; after
-// that it reads as empty. Its methods are not safe to call concurrently with
-// Done.
+// that it reads as empty: Len is 0, Scorers nil, Chosen -1, and the
+// per-candidate and per-scorer accessors return their out-of-range values.
+// Accessors given a candidate index i outside [0, Len()) or a scorer index
+// s outside [0, len(Scorers())) do not panic either: Endpoint returns nil,
+// Raw NaN, and Weight, Score, Contribution and Total 0. Its methods are not
+// safe to call concurrently with Done.
 type Breakdown struct {
 	rec *record
 	gen uint64
@@ -20,7 +24,16 @@ type Breakdown struct {
 
 func (b Breakdown) live() bool { return b.rec != nil && b.rec.gen.Load() == b.gen }
 
-// Len returns the number of candidates scored.
+// candidate reports whether i is a valid candidate index of a live
+// breakdown.
+func (b Breakdown) candidate(i int) bool { return b.live() && i >= 0 && i < b.rec.n }
+
+// scorer reports whether s is a valid scorer index of a live breakdown.
+func (b Breakdown) scorer(s int) bool {
+	return b.live() && s >= 0 && s < len(b.rec.cfg.scorers)
+}
+
+// Len returns the number of candidates scored, 0 after Done.
 func (b Breakdown) Len() int {
 	if !b.live() {
 		return 0
@@ -28,11 +41,17 @@ func (b Breakdown) Len() int {
 	return b.rec.n
 }
 
-// Endpoint returns candidate i.
-func (b Breakdown) Endpoint(i int) *signals.Endpoint { return b.rec.eps[i] }
+// Endpoint returns candidate i, or nil if i is out of range or the
+// breakdown is no longer valid.
+func (b Breakdown) Endpoint(i int) *signals.Endpoint {
+	if !b.candidate(i) {
+		return nil
+	}
+	return b.rec.eps[i]
+}
 
-// Scorers returns the scorer names, in configuration order. The slice must
-// not be modified.
+// Scorers returns the scorer names, in configuration order, or nil if the
+// breakdown is no longer valid. The slice must not be modified.
 func (b Breakdown) Scorers() []string {
 	if !b.live() {
 		return nil
@@ -40,23 +59,48 @@ func (b Breakdown) Scorers() []string {
 	return b.rec.cfg.names
 }
 
-// Weight returns scorer s's weight.
-func (b Breakdown) Weight(s int) float64 { return b.rec.cfg.scorers[s].Weight }
+// Weight returns scorer s's weight, or 0 if s is out of range or the
+// breakdown is no longer valid.
+func (b Breakdown) Weight(s int) float64 {
+	if !b.scorer(s) {
+		return 0
+	}
+	return b.rec.cfg.scorers[s].Weight
+}
 
-// Score returns scorer s's normalised score in [0, 1] for candidate i.
-func (b Breakdown) Score(s, i int) float64 { return b.rec.scores[s*b.rec.n+i] }
+// Score returns scorer s's normalised score in [0, 1] for candidate i, or
+// 0 if s or i is out of range or the breakdown is no longer valid.
+func (b Breakdown) Score(s, i int) float64 {
+	if !b.scorer(s) || !b.candidate(i) {
+		return 0
+	}
+	return b.rec.scores[s*b.rec.n+i]
+}
 
 // Raw returns the raw value behind scorer s's score for candidate i (a
 // queue depth, a predicted TTFT in seconds, …), or NaN if the scorer did
-// not report one.
-func (b Breakdown) Raw(s, i int) float64 { return b.rec.raw[s*b.rec.n+i] }
+// not report one, s or i is out of range, or the breakdown is no longer
+// valid.
+func (b Breakdown) Raw(s, i int) float64 {
+	if !b.scorer(s) || !b.candidate(i) {
+		return math.NaN()
+	}
+	return b.rec.raw[s*b.rec.n+i]
+}
 
 // Contribution returns Weight(s) × Score(s, i): what scorer s added to
-// candidate i's total.
+// candidate i's total (0 if s or i is out of range or the breakdown is no
+// longer valid).
 func (b Breakdown) Contribution(s, i int) float64 { return b.Weight(s) * b.Score(s, i) }
 
-// Total returns candidate i's weighted total.
-func (b Breakdown) Total(i int) float64 { return b.rec.total[i] }
+// Total returns candidate i's weighted total, or 0 if i is out of range or
+// the breakdown is no longer valid.
+func (b Breakdown) Total(i int) float64 {
+	if !b.candidate(i) {
+		return 0
+	}
+	return b.rec.total[i]
+}
 
 // Chosen returns the index of the chosen candidate, or -1 if the breakdown
 // is no longer valid.

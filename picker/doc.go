@@ -4,9 +4,17 @@
 //
 // A Picker is built from a Config (YAML or JSON, see ParseConfig) whose
 // filter and scorer names are looked up in a scorer.Registry. Pick is safe
-// for concurrent use, never blocks on I/O and takes no lock: endpoints and
-// configuration are immutable snapshots swapped atomically by SetEndpoints
-// and Reconfigure, and the live per-endpoint counters are atomics.
+// for concurrent use and never blocks on I/O. It takes no lock of its own:
+// endpoints and configuration are immutable snapshots swapped atomically by
+// SetEndpoints and Reconfigure, and the live per-endpoint counters are
+// atomics. The signals it calls may lock: with the default sources, the
+// prefix index (prefix.Index) takes its read lock in Match (its write lock
+// once after an endpoint restart anywhere in the process) and its write
+// lock in Dispatched, and the latency predictor (latency.Predictor) takes
+// short mutexes in Dispatched (its table of pending dispatches and the
+// endpoint's model) and, on an endpoint's first sight, to add its state.
+// None is held across I/O; observers added with WithObserver, and custom
+// matchers, estimators, filters and scorers, may take their own.
 //
 // Every successful Pick returns a Result whose Done must be called exactly
 // once with the outcome. Done releases the in-flight accounting that keeps

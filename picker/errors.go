@@ -23,7 +23,9 @@ type Error struct {
 	Err error
 	// Stage is "pool" (empty pool), "filter" or "admission".
 	Stage string
-	// Plugin names the filter that emptied the set or the admitter, if any.
+	// Plugin names the filter that emptied the set (Stage "filter"). It is
+	// empty at the other stages: the admitter (WithAdmitter) has no name,
+	// and its explanation is in Reason.
 	Plugin string
 	// Reason is a short human-readable detail.
 	Reason string

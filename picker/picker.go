@@ -66,9 +66,11 @@ func noopDone(DoneInfo) {}
 
 // Picker chooses an endpoint per request: filters, then weighted scorers,
 // then a selection strategy. It is safe for concurrent use. Pick never
-// blocks on I/O and takes no lock: it reads an immutable endpoint snapshot
-// and an immutable compiled configuration, both swapped atomically by
-// writers (SetEndpoints, Reconfigure).
+// blocks on I/O and takes no lock of its own: it reads an immutable
+// endpoint snapshot and an immutable compiled configuration, both swapped
+// atomically by writers (SetEndpoints, Reconfigure). The plugins and
+// observers it calls may take short locks; the default prefix index and
+// latency predictor do (see the package documentation).
 type Picker struct {
 	opts      options
 	observers []signals.Observer

@@ -506,8 +506,47 @@ func TestBreakdown(t *testing.T) {
 	s := b.String()
 	assert.Contains(t, s, "* b")
 	assert.Contains(t, s, "2.000 (0)")
+	for _, bad := range [][2]int{{-1, 0}, {2, 0}, {0, -1}, {0, 2}} {
+		s, i := bad[0], bad[1]
+		assert.Zero(t, b.Score(s, i), "Score(%d, %d) out of range", s, i)
+		assert.True(t, math.IsNaN(b.Raw(s, i)), "Raw(%d, %d) out of range", s, i)
+		assert.Zero(t, b.Contribution(s, i), "Contribution(%d, %d) out of range", s, i)
+	}
+	assert.Zero(t, b.Weight(2))
+	assert.Nil(t, b.Endpoint(2))
+	assert.Zero(t, b.Total(-1))
 	res.Done(DoneInfo{})
+	assertEmptyBreakdown(t, b)
+
+	// The next pick recycles the record; the old breakdown still reads
+	// empty rather than the new pick's data.
+	res2, err := p.Pick(context.Background(), nil)
+	require.NoError(t, err)
+	require.Equal(t, 2, res2.Breakdown.Len())
+	assertEmptyBreakdown(t, b)
+	res2.Done(DoneInfo{})
+
+	assertEmptyBreakdown(t, Breakdown{})
+}
+
+// assertEmptyBreakdown checks that every accessor of b reads as empty
+// without panicking.
+func assertEmptyBreakdown(t *testing.T, b Breakdown) {
+	t.Helper()
+	assert.Zero(t, b.Len())
+	assert.Nil(t, b.Scorers())
+	assert.Equal(t, -1, b.Chosen())
 	assert.Equal(t, "(no breakdown)", b.String())
+	for i := 0; i < 2; i++ {
+		assert.NotPanics(t, func() { assert.Nil(t, b.Endpoint(i)) })
+		assert.NotPanics(t, func() { assert.Zero(t, b.Total(i)) })
+		assert.NotPanics(t, func() { assert.Zero(t, b.Weight(i)) })
+		for s := 0; s < 2; s++ {
+			assert.NotPanics(t, func() { assert.Zero(t, b.Score(s, i)) })
+			assert.NotPanics(t, func() { assert.True(t, math.IsNaN(b.Raw(s, i))) })
+			assert.NotPanics(t, func() { assert.Zero(t, b.Contribution(s, i)) })
+		}
+	}
 }
 
 func TestStalenessFadesTowardLocalAccounting(t *testing.T) {
