@@ -234,7 +234,10 @@ func keep(eps []*signals.Endpoint, ok func(*signals.Endpoint) bool) []*signals.E
 
 // ModelFilter keeps endpoints that serve the request's model and adapter.
 // An endpoint with no Model serves any model; an endpoint with nil Adapters
-// may load any adapter. A request with no model passes every endpoint.
+// may load any adapter. A request with no model passes the model check on
+// every endpoint, and one with no adapter the adapter check; a request with
+// an adapter but no model still keeps only the endpoints that list it (or
+// list no adapters).
 type ModelFilter struct{}
 
 // Filter implements Filter.

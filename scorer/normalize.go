@@ -14,9 +14,13 @@ const Neutral = 0.5
 // values are better). When all known values are equal every known entry
 // scores 1: no candidate is worse than another. This is the Kubernetes
 // scheduler's DefaultNormalizeScore, made range-aware.
+//
+// Every score is finite and in [0, 1] whatever the known values, also when
+// their spread hi − lo overflows (values near ±math.MaxFloat64) or is so
+// small that its reciprocal does (subnormal differences).
 func MinMax(vals []float64) {
 	lo, hi, ok := bounds(vals)
-	scale := 1 / (hi - lo) // a multiplication per value, not a division
+	f, scale := spread(lo, hi)
 	for i, v := range vals {
 		switch {
 		case unknown(v) || !ok:
@@ -24,17 +28,18 @@ func MinMax(vals []float64) {
 		case hi == lo:
 			vals[i] = 1
 		default:
-			vals[i] = min((v-lo)*scale, 1)
+			vals[i] = min((v*f-lo*f)*scale, 1)
 		}
 	}
 }
 
 // InverseMinMax maps the smallest known value to 1 and the largest to 0
 // (lower raw values are better, as for queue lengths and latencies).
-// All-equal known values score 1.
+// All-equal known values score 1. Scores are finite and in [0, 1] for
+// any known values, as for MinMax.
 func InverseMinMax(vals []float64) {
 	lo, hi, ok := bounds(vals)
-	scale := 1 / (hi - lo)
+	f, scale := spread(lo, hi)
 	for i, v := range vals {
 		switch {
 		case unknown(v) || !ok:
@@ -42,9 +47,32 @@ func InverseMinMax(vals []float64) {
 		case hi == lo:
 			vals[i] = 1
 		default:
-			vals[i] = min((hi-v)*scale, 1)
+			vals[i] = min((hi*f-v*f)*scale, 1)
 		}
 	}
+}
+
+// spread returns a power of two f and scale = 1 / (hi·f − lo·f), finite and
+// positive for finite lo < hi, so that (v·f − lo·f) × scale maps [lo, hi]
+// onto [0, 1] with a multiplication per value instead of a division. f is
+// 1 unless hi − lo overflows (f = 2^-8) or is below 1/math.MaxFloat64, so
+// that its reciprocal overflows (f = 2^1000). Scaling by a power of two is
+// exact but for subnormal values, whose error is then negligible next to
+// the spread. For lo == hi the scale is +Inf and must not be used.
+func spread(lo, hi float64) (f, scale float64) {
+	d := hi - lo
+	scale = 1 / d
+	switch {
+	case d > math.MaxFloat64:
+		f = 0x1p-8
+	case d > 0 && scale > math.MaxFloat64:
+		// hi − lo is subnormal, so |lo| and |hi| are below 2^-970: scaled
+		// by 2^1000 they are exact and far from overflowing.
+		f = 0x1p1000
+	default:
+		return 1, scale
+	}
+	return f, 1 / (hi*f - lo*f)
 }
 
 // FixedRange maps lo to 0 and hi to 1 linearly, clamping outside values

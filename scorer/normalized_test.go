@@ -12,6 +12,7 @@ import (
 
 	"github.com/inferroute/inferroute/scorer"
 	"github.com/inferroute/inferroute/signals"
+	"github.com/inferroute/inferroute/signals/signalstest"
 )
 
 // TestNormalizedPromise checks, for every built-in scorer that implements
@@ -22,21 +23,7 @@ import (
 func TestNormalizedPromise(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	nan, inf := math.NaN(), math.Inf(1)
-	env := scorer.Env{HalfLife: 2 * time.Second}
-	prefix, err := scorer.NewPrefixScorer(scorer.DefaultPrefixParams(), env)
-	require.NoError(t, err)
-	prefill, err := scorer.NewPrefillScorer(scorer.DefaultPrefillParams())
-	require.NoError(t, err)
-	scorers := map[string]scorer.Normalized{
-		"queue":      &scorer.QueueScorer{HalfLife: env.HalfLife},
-		"kv-cache":   &scorer.KVCacheScorer{HalfLife: env.HalfLife},
-		"running":    &scorer.RunningScorer{HalfLife: env.HalfLife},
-		"lora":       scorer.LoRAScorer{},
-		"token-load": scorer.TokenLoadScorer{},
-		"burst":      scorer.BurstScorer{},
-		"prefill":    prefill,
-		"prefix":     prefix,
-	}
+	scorers := normalizedScorers(t)
 	values := []float64{nan, inf, -inf, -3, 0, 0.5, 1, 1.7, 40, 1e300}
 	pools := []struct {
 		name   string
@@ -96,6 +83,65 @@ func TestNormalizedPromise(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// normalizedScorers returns every built-in scorer that implements
+// scorer.Normalized, by name.
+func normalizedScorers(t *testing.T) map[string]scorer.Normalized {
+	t.Helper()
+	env := scorer.Env{HalfLife: 2 * time.Second}
+	prefix, err := scorer.NewPrefixScorer(scorer.DefaultPrefixParams(), env)
+	require.NoError(t, err)
+	prefill, err := scorer.NewPrefillScorer(scorer.DefaultPrefillParams())
+	require.NoError(t, err)
+	return map[string]scorer.Normalized{
+		"queue":      &scorer.QueueScorer{HalfLife: env.HalfLife},
+		"kv-cache":   &scorer.KVCacheScorer{HalfLife: env.HalfLife},
+		"running":    &scorer.RunningScorer{HalfLife: env.HalfLife},
+		"lora":       scorer.LoRAScorer{},
+		"token-load": scorer.TokenLoadScorer{},
+		"burst":      scorer.BurstScorer{},
+		"prefill":    prefill,
+		"prefix":     prefix,
+	}
+}
+
+// TestNormalizedPromiseExtremeSpreads is TestNormalizedPromise for pools
+// whose raw values are fresh scrapes with a spread so small that its
+// reciprocal overflows (subnormal queue and batch sizes), or throughputs
+// that make the token loads' spread so: every score is still in [0, 1].
+func TestNormalizedPromiseExtremeSpreads(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	pools := map[string][]float64{
+		"subnormal":        {0, 5e-324, 1e-310},
+		"smallest":         {5e-324, 1e-323},
+		"huge and tiny":    {math.MaxFloat64, 0, 1e-310},
+		"normal and equal": {1e-310, 1e-310},
+	}
+	for pool, values := range pools {
+		eps := make([]*signals.Endpoint, len(values))
+		for i, v := range values {
+			eps[i] = signalstest.Endpoint(fmt.Sprintf("e%d", i), signalstest.Load{Running: v, Waiting: v, KV: 0.5, ScrapedAt: t0})
+			eps[i].Dispatch(1)
+			m := *eps[i].Metrics()
+			m.Baseline = eps[i].Counters() // the scrape already counts the dispatch
+			eps[i].SetMetrics(&m)
+			eps[i].SetThroughput(1 / v) // token loads 1/(1/v): the same spread
+		}
+		for name, s := range normalizedScorers(t) {
+			t.Run(pool+"/"+name, func(t *testing.T) {
+				var in scorer.Input
+				in.Reset(&signals.Request{Model: "m", PromptTokens: 100}, append([]*signals.Endpoint(nil), eps...), t0)
+				in.Cached = make([]float64, len(eps))
+				in.Raw = make([]float64, len(eps))
+				out := make([]float64, len(eps))
+				s.Score(context.Background(), &in, out)
+				for i := range out {
+					assert.True(t, out[i] >= 0 && out[i] <= 1, "score %d = %v (raw %v)", i, out[i], in.Raw)
+				}
+			})
 		}
 	}
 }

@@ -39,6 +39,12 @@ func TestNormalize(t *testing.T) {
 		{"invert", scorer.Invert, []float64{0, 0.25, 1, 2, -1, nan}, []float64{1, 0.75, 0, 0, 1, 0.5}},
 		{"relative to best", func(v []float64) { scorer.RelativeToBest(v, 0.001) }, []float64{1, 2, 4, nan}, []float64{1, 0.5, 0.25, 0.5}},
 		{"relative to best with zero", func(v []float64) { scorer.RelativeToBest(v, 0.5) }, []float64{0, 1}, []float64{1, 0.5}},
+		// Spreads whose reciprocal overflows, or which overflow themselves.
+		{"minmax subnormal spread", scorer.MinMax, []float64{0, 5e-324, 1e-310}, []float64{0, 5e-324 / 1e-310, 1}},
+		{"inverse subnormal spread", scorer.InverseMinMax, []float64{0, 5e-324, 1e-310}, []float64{1, 1 - 5e-324/1e-310, 0}},
+		{"minmax overflowing spread", scorer.MinMax, []float64{-1e308, 0, 1e308, -math.MaxFloat64, math.MaxFloat64}, []float64{0.5 - 0.5e308/math.MaxFloat64, 0.5, 0.5 + 0.5e308/math.MaxFloat64, 0, 1}},
+		{"inverse overflowing spread", scorer.InverseMinMax, []float64{-1e308, 0, 1e308}, []float64{1, 0.5, 0}},
+		{"minmax smallest subnormals", scorer.MinMax, []float64{math.SmallestNonzeroFloat64, 2 * math.SmallestNonzeroFloat64}, []float64{0, 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

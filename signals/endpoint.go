@@ -69,7 +69,7 @@ type Endpoint struct {
 	prefillTokens  atomic.Int64
 	// burst packs the decayed count of recent dispatches: the high 32 bits
 	// are a float32 count as of the time in the low 32 bits (milliseconds,
-	// wrapping every 49 days; only differences are used).
+	// wrapping every 49.7 days; only differences are used, see decayBurst).
 	burst      atomic.Uint64
 	dispatched atomic.Uint64
 	completed  atomic.Uint64
@@ -108,6 +108,13 @@ func (ep *Endpoint) NoteDispatch(now time.Time) {
 // estimate of how many are still in prefill. Unlike the scraped counts it
 // never lags and is not reset by a scrape, so a burst arriving within one
 // scrape interval, or just after one, spreads instead of colliding.
+//
+// A count older than 1022 half-lives (about 102 s) reads as 0, however
+// old, and so does one noted more than that after now (a clock stepped
+// back); a clock behind by less reads the count undecayed. The time of the
+// last dispatch is kept modulo 2^32 ms (about 49.7 days), so only an age
+// within 102 s of a multiple of that period is misread, as the age modulo
+// the period.
 func (ep *Endpoint) RecentDispatches(now time.Time) float64 {
 	return decayBurst(ep.burst.Load(), uint32(now.UnixMilli()))
 }
@@ -126,19 +133,34 @@ var burstDecay = func() (t [burstHalfLifeMs]float64) {
 	return t
 }()
 
+// burstZeroMs is the age, in milliseconds, from which a burst count reads
+// as fully decayed: 1022 half-lives, past which 2^(-age/BurstHalfLife) is
+// below the smallest normal float64.
+const burstZeroMs = 1022 * uint32(burstHalfLifeMs)
+
+// decayBurst returns the count packed in packed, decayed to nowMs. The
+// packed time is kept modulo 2^32 ms, so the age nowMs − time is only known
+// modulo 2^32 ms (about 49.7 days): an age within burstZeroMs below a
+// multiple of it is read as a clock slightly behind the last dispatch
+// (concurrent callers read the clock in any order) and returns the count
+// undecayed; every other age of burstZeroMs or more, however large,
+// returns 0.
 func decayBurst(packed uint64, nowMs uint32) float64 {
 	v := float64(math.Float32frombits(uint32(packed >> 32)))
 	if v == 0 {
 		return 0
 	}
-	age := int32(nowMs - uint32(packed)) // wrap-safe difference
-	if age <= 0 {
-		return v
-	}
-	q, r := age/burstHalfLifeMs, age%burstHalfLifeMs
-	if q >= 1022 {
+	age := nowMs - uint32(packed) // wrap-safe difference, modulo 2^32
+	if age >= burstZeroMs {
+		if age > math.MaxUint32-burstZeroMs {
+			return v // now is at most burstZeroMs behind the last dispatch
+		}
 		return 0
 	}
+	if age == 0 {
+		return v
+	}
+	q, r := age/uint32(burstHalfLifeMs), age%uint32(burstHalfLifeMs)
 	return v * burstDecay[r] * math.Float64frombits(uint64(1023-q)<<52)
 }
 
@@ -578,9 +600,11 @@ func (ep *Endpoint) Throughput() (float64, bool) {
 }
 
 // SetThroughput publishes a throughput measurement in tokens per second.
-// Non-finite or non-positive values clear it.
+// Non-finite or non-positive values clear it, and so do values below
+// 1/math.MaxFloat64, whose reciprocal (the seconds per token that scorers
+// multiply by) would overflow.
 func (ep *Endpoint) SetThroughput(tokensPerSecond float64) {
-	if math.IsNaN(tokensPerSecond) || math.IsInf(tokensPerSecond, 0) || tokensPerSecond <= 0 {
+	if math.IsNaN(tokensPerSecond) || math.IsInf(tokensPerSecond, 0) || tokensPerSecond <= 0 || 1/tokensPerSecond > math.MaxFloat64 {
 		ep.throughput.Store(0)
 		ep.invThroughput.Store(0)
 		return

@@ -203,11 +203,18 @@ func TestThroughput(t *testing.T) {
 	v, ok := ep.Throughput()
 	assert.True(t, ok)
 	assert.Equal(t, 1234.5, v)
-	for _, bad := range []float64{0, -1, math.NaN(), math.Inf(1)} {
+	// Subnormal throughputs too: their reciprocal, the seconds per token
+	// that scorers multiply by, would be infinite.
+	for _, bad := range []float64{0, -1, math.NaN(), math.Inf(1), 5e-324, 1e-310} {
+		ep.SetThroughput(1234.5)
 		ep.SetThroughput(bad)
 		_, ok := ep.Throughput()
 		assert.False(t, ok, "%v clears", bad)
+		assert.Zero(t, ep.LoadAt(t0, 0).InvThroughput, "%v clears the inverse", bad)
 	}
+	ep.SetThroughput(1e-300)
+	_, ok = ep.Throughput()
+	assert.True(t, ok, "a tiny normal throughput is kept")
 }
 
 type halfMatcher struct{}
@@ -276,6 +283,29 @@ func TestRecentDispatchesDecay(t *testing.T) {
 	}
 	ep.NoteDispatch(t0.Add(signals.BurstHalfLife))
 	assert.InEpsilon(t, 2, ep.RecentDispatches(t0.Add(signals.BurstHalfLife)), 1e-3, "1 decayed + 1 new")
+}
+
+// TestRecentDispatchesLongIdle: a dispatch long ago counts as fully
+// decayed, however long ago, including past 2^31 ms (about 24.8 days) where
+// a signed millisecond age wraps negative.
+func TestRecentDispatchesLongIdle(t *testing.T) {
+	const day = 24 * time.Hour
+	for _, idle := range []time.Duration{
+		2 * time.Minute, time.Hour, 24 * day, 25 * day, 30 * day, 40 * day, 49 * day,
+		(1<<31 - 1) * time.Millisecond, 1 << 31 * time.Millisecond,
+	} {
+		ep := signals.NewEndpoint(signals.EndpointSpec{Name: "e"})
+		ep.NoteDispatch(t0)
+		assert.Zero(t, ep.RecentDispatches(t0.Add(idle)), "idle %v", idle)
+		assert.Zero(t, ep.LoadAt(t0.Add(idle), 0).Recent, "Load.Recent, idle %v", idle)
+		ep.NoteDispatch(t0.Add(idle))
+		assert.Equal(t, 1.0, ep.RecentDispatches(t0.Add(idle)), "a new dispatch after idle %v counts alone", idle)
+	}
+
+	ep := signals.NewEndpoint(signals.EndpointSpec{Name: "e"})
+	ep.NoteDispatch(t0)
+	assert.Equal(t, 1.0, ep.RecentDispatches(t0.Add(-100*time.Second)), "a clock slightly behind")
+	assert.Zero(t, ep.RecentDispatches(t0.Add(-200*time.Second)), "a clock stepped far back")
 }
 
 func TestRequestsCorrectsTheSumOnce(t *testing.T) {
