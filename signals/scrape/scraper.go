@@ -30,7 +30,9 @@ type Config struct {
 	Interval time.Duration
 	// Jitter is the fraction of the interval (or backoff) added or removed
 	// at random for each scrape, so that pods are not hit in lockstep.
-	// Default 0.2; a negative value disables jitter.
+	// Default 0.2; a negative value disables jitter, and values above 0.9
+	// are capped at 0.9, so a delay never shrinks below a tenth of the
+	// interval (or backoff).
 	Jitter float64
 	// Timeout bounds one scrape, from dial to the last byte of the page.
 	// Default 1 s.
@@ -139,10 +141,12 @@ const (
 	ReasonCanceled    = "canceled"     // the caller's context ended
 )
 
-// Sentinel errors wrapped by Error.
+// Sentinel errors. ErrPageTooLarge, ErrBadStatus and ErrContentType are
+// wrapped by Error; ErrUnknownEndpoint and ErrStarted are returned as they
+// are.
 var (
-	// ErrUnknownEndpoint is returned by Scrape and Status for an endpoint
-	// that is not in the Scraper's set.
+	// ErrUnknownEndpoint is returned by Scrape for an endpoint that is not
+	// in the Scraper's set. (Status reports that case by returning false.)
 	ErrUnknownEndpoint = errors.New("scrape: endpoint not in the scraper's set")
 	// ErrPageTooLarge: the page exceeded Config.MaxPageBytes.
 	ErrPageTooLarge = errors.New("scrape: metrics page too large")
