@@ -672,6 +672,27 @@ func (p *Predictor) Forget(ep *signals.Endpoint) {
 	p.rewriteStates(func(k *signals.Endpoint, _ *epState) bool { return k != ep })
 }
 
+// Retain drops what the predictor knows about every endpoint not in keep,
+// as Forget does for one: package picker calls it from SetEndpoints, so
+// the state of endpoints that left the pool is freed at once rather than
+// after Config.StateTTL. The pool-wide prior keeps what they taught it.
+// Safe for concurrent use.
+func (p *Predictor) Retain(keep []*signals.Endpoint) {
+	set := make(map[*signals.Endpoint]struct{}, len(keep))
+	for _, ep := range keep {
+		set[ep] = struct{}{}
+	}
+	for k := range *p.states.Load() {
+		if _, ok := set[k]; !ok {
+			p.rewriteStates(func(k *signals.Endpoint, _ *epState) bool {
+				_, ok := set[k]
+				return ok
+			})
+			return
+		}
+	}
+}
+
 // sweep drops the state of endpoints idle for longer than StateTTL.
 func (p *Predictor) sweep(now time.Time) {
 	cutoff := now.Add(-p.cfg.StateTTL).UnixNano()

@@ -537,6 +537,32 @@ func TestPredictorForgetAndSweep(t *testing.T) {
 	assert.True(t, kept)
 }
 
+// TestPredictorRetain checks that the endpoints left out of a Retain (which
+// package picker's SetEndpoints calls on an estimator that has the method)
+// lose their state at once, and the others keep theirs.
+func TestPredictorRetain(t *testing.T) {
+	p := New(Config{})
+	var _ interface{ Retain([]*signals.Endpoint) } = p // what picker.SetEndpoints looks for
+	a := signals.NewEndpoint(signals.EndpointSpec{Name: "a"})
+	b := signals.NewEndpoint(signals.EndpointSpec{Name: "b"})
+	for _, ep := range []*signals.Endpoint{a, b} {
+		r := &signals.Request{PromptTokens: 10}
+		ep.Dispatch(10)
+		p.Dispatched(r, ep)
+		ep.Complete(10)
+		p.Completed(r, ep, signals.Outcome{TTFT: 100 * time.Millisecond})
+	}
+	p.Retain([]*signals.Endpoint{a, b})
+	_, keptA := p.lookup(a)
+	_, keptB := p.lookup(b)
+	require.True(t, keptA && keptB, "both in the set: nothing dropped")
+
+	p.Retain([]*signals.Endpoint{b})
+	_, keptA = p.lookup(a)
+	assert.False(t, keptA, "a left the pool: its state is dropped")
+	assert.Positive(t, p.Explain(b).Samples, "b keeps its model")
+}
+
 // TestPredictorConcurrent exercises every entry point from many goroutines
 // (run with -race).
 func TestPredictorConcurrent(t *testing.T) {
