@@ -303,7 +303,10 @@ func (ix *Index) Dispatched(req *signals.Request, ep *signals.Endpoint) {
 // Completed confirms req's blocks on ep when the endpoint processed the
 // prompt (no error, or an error after the first token), re-adding any that
 // were evicted meanwhile. When the request failed before its first token,
-// the entries it added that no successful request confirmed are removed.
+// the unconfirmed entries at its blocks are removed: those it added, and
+// also those another request still in flight with the same prefix added
+// (entries do not record who added them), which that request restores
+// when it completes.
 // A completion from an endpoint the index forgot, or from an earlier
 // generation of it, changes nothing. It implements signals.Observer.
 func (ix *Index) Completed(req *signals.Request, ep *signals.Endpoint, out signals.Outcome) {
