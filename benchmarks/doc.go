@@ -16,6 +16,6 @@
 //
 // Run the suite with
 //
-//	go run ./benchmarks/cmd/routebench          # default suite, ≤ 3 minutes
+//	go run ./benchmarks/cmd/routebench          # default suite, about 40 s on two cores
 //	go run ./benchmarks/cmd/routebench -quick   # scaled-down suite
 package benchmarks

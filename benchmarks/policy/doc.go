@@ -1,12 +1,15 @@
 // Package policy is the routing-policy interface of the routebench
-// simulator, a registry of policies by name, and the baseline policies:
-// round-robin, random, least-request and inferroute's default picker.
+// simulator, a registry of policies by name, and the policies compared:
+// the baselines (round-robin, random, least-request), inferroute's default
+// picker, re-implementations of the peers' published algorithms (llm-d,
+// SGLang cache-aware and least-load, Dynamo's KV router, AIBrix
+// prefix-cache; peers.go) and the perfect-information oracle (oracle.go).
 //
 // A Policy chooses one endpoint per request and returns a Done callback
 // that the simulator calls exactly once with the simulated outcome. Policies
 // are built per simulation run by a Factory from an Env: the run's fleet,
 // its virtual clock, a seed, and, for policies that are allowed perfect
-// knowledge (the oracle of the next benchmark issue), an Inspector that
+// knowledge (the oracle), an Inspector that
 // reads the simulated pods' live state without scrape lag.
 //
 // Every policy keeps the endpoints' local accounting

@@ -26,10 +26,12 @@ var _ workload.LengthSampler = LogNormalLengths{}
 
 // ShareGPTLengths is fitted to the ShareGPT (8K-filtered, Llama-2
 // tokenizer) length statistics of ../shared/traces/PROVENANCE.md: prompt
-// p50 1,730 and p90 5,696 tokens, output p50 415 and p90 834 tokens, total
-// ≤ 8K (prompt capped at 7,434, its p99, and output at 998, its p99). The
-// file's joint distribution is replaced by independent log-normals so that
-// the default suite needs no data file.
+// p50 1,730 and p90 5,696 tokens, output p50 415 and p90 834 tokens; the
+// prompt is capped at 7,434 (its p99) and the output at 998 (its p99),
+// each on its own, so a draw can total up to 8,432 tokens where the
+// filtered file's totals stay within 8K. The file's joint distribution is
+// replaced by independent log-normals so that the default suite needs no
+// data file.
 var ShareGPTLengths = LogNormalLengths{
 	PromptP50: 1730, PromptP90: 5696,
 	OutputP50: 415, OutputP90: 834,

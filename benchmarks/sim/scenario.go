@@ -149,7 +149,7 @@ const genRate = 10
 //     here; a signal-driven picker must not lose to it.
 //   - hetero: 2 H100, 3 A100 and 3 L4 pods, the same traffic.
 //   - bursty: 8 H100 pods, on/off bursts (2 s at 6× the base rate every
-//     10 s), four tenants with shared system prompts, and LoRA adapters
+//     10 s), four tenants (three with shared system prompts), and LoRA adapters
 //     (16, Zipf 1.0, on 60% of requests; 4 slots per pod).
 //   - prefix: 8 H100 pods replaying the Mooncake synthetic trace (long
 //     prompts, heavy prefix reuse, multi-turn).
@@ -186,7 +186,7 @@ func DefaultScenarios() []Scenario {
 		},
 		{
 			Name:        "bursty",
-			Description: "8×H100, on/off bursts, 4 tenants with shared system prompts, 16 LoRA adapters",
+			Description: "8×H100, on/off bursts, 4 tenants (3 with shared system prompts), 16 LoRA adapters",
 			Pods:        mustFleet(4, repeat(8, H100)...),
 			Build: func(env BuildEnv) (*workload.Workload, error) {
 				return workload.Generate(workload.GenConfig{

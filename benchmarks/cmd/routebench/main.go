@@ -8,9 +8,9 @@
 //	go run ./benchmarks/cmd/routebench [flags]
 //
 // The default suite (uniform, hetero, bursty, prefix, azure, each at 50%,
-// 70% and 90% of the fleet's measured capacity) takes up to about three
-// minutes on two cores; -quick runs a scaled-down suite in well under a
-// minute. The table goes to stdout (or JSON with -json), the progress bar to
+// 70% and 90% of the fleet's measured capacity) takes about 40 seconds on
+// two cores (up to a few minutes on a slow or busy machine); -quick runs a
+// scaled-down suite in about 15 seconds. The table goes to stdout (or JSON with -json), the progress bar to
 // stderr. The trace scenarios read ../shared/traces (-traces); when a trace
 // file is missing the scenario is skipped with a message.
 //
@@ -23,7 +23,7 @@
 //	                  inferroute,llm-d,sglang-cache-aware,dynamo-kv,aibrix-prefix,sglang-least-load,oracle)
 //	-loads LIST       comma-separated loads as fractions of capacity (default 0.5,0.7,0.9)
 //	-seed N           seed of workloads, scrapes and policies (default 1)
-//	-requests N       requests per run (default 6000, 800 with -quick)
+//	-requests N       requests per run (default 6000, 2500 with -quick)
 //	-trace FILE       replay your own trace (Mooncake .jsonl or Azure .csv) instead of the suite
 //	-traces DIR       folder of the shared trace files (default ../shared/traces)
 //	-pods N           resize every fleet to N pods
