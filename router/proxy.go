@@ -460,9 +460,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 	var lastErr error
 	lastConnect := false
 	repicked := -1 // index in targets of the endpoint chosen by a second pick
-	// ready: some endpoint tried was healthy when the request arrived. A
-	// picker that fails open sends requests to endpoints marked down when
-	// none is up; if those fail too, no endpoint was ready: 503, not 502.
+	// ready: the pick or one of its fallbacks was healthy when the request
+	// arrived (one atomic load when the pick is). A picker that fails open
+	// sends requests to endpoints marked down when none is up; if those
+	// fail too, no endpoint was ready: 503, not 502.
 	ready := slices.ContainsFunc(targets, (*signals.Endpoint).Healthy)
 	c.pick = res
 	for i := 0; ; i++ {

@@ -126,14 +126,8 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Set only for https: a nil *http.Transport in the interface would not
-	// be a nil RoundTripper, and nil selects the built-in client.
-	var transport http.RoundTripper
-	if upstream != nil {
-		transport = upstream
-	}
 	g.proxy, err = router.NewProxy(table, router.Config{
-		Transport:       transport,
+		Transport:       upstream,
 		UpstreamScheme:  cfg.Router.UpstreamScheme,
 		Hasher:          hasher,
 		MaxBodyBytes:    cfg.Router.MaxBodyBytes,
@@ -263,8 +257,9 @@ func run(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) err
 
 // upstreamTransport returns the transport to HTTPS endpoints, trusting
 // rc.UpstreamCAFile's authorities (the system's when ""), or nil for plain
-// HTTP, which the router's built-in client serves.
-func upstreamTransport(rc RouterConfig) (*http.Transport, error) {
+// HTTP, which the router's built-in client serves. It returns the
+// interface, so that the nil is a nil RoundTripper.
+func upstreamTransport(rc RouterConfig) (http.RoundTripper, error) {
 	if rc.UpstreamScheme != "https" {
 		return nil, nil
 	}

@@ -79,13 +79,16 @@ func TestPendingForgetsOldestOutstanding(t *testing.T) {
 		}
 		return reqs
 	}
+	// held looks the requests up without taking them, which would change
+	// the table's order.
 	held := func(p *Predictor, reqs []*signals.Request) []bool {
 		out := make([]bool, len(reqs))
 		for i, r := range reqs {
-			e, ok := p.pending.take(pendingKey{r, ep})
-			if out[i] = ok; ok {
-				p.pending.put(pendingKey{r, ep}, e)
-			}
+			k := pendingKey{r, ep}
+			s := p.pending.shard(k)
+			s.mu.Lock()
+			_, out[i] = s.m[k]
+			s.mu.Unlock()
 		}
 		return out
 	}

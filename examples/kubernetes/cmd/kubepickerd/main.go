@@ -108,16 +108,17 @@ func run(cfg kubediscovery.Config, kubeconfig, listen, configPath string, log *s
 	// Not serving until discovery has published the first endpoint set:
 	// before it every Pick would fail with no endpoints.
 	hs := health.NewServer()
-	for _, name := range []string{"", pickerpb.Picker_ServiceDesc.ServiceName} {
-		hs.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
+	setServing := func(st healthpb.HealthCheckResponse_ServingStatus) {
+		for _, name := range []string{"", pickerpb.Picker_ServiceDesc.ServiceName} { // overall and the Picker's
+			hs.SetServingStatus(name, st)
+		}
 	}
+	setServing(healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
 	go func() {
 		select {
 		case <-d.Synced():
-			for _, name := range []string{"", pickerpb.Picker_ServiceDesc.ServiceName} {
-				hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
-			}
+			setServing(healthpb.HealthCheckResponse_SERVING)
 			log.Info("endpoints discovered", "count", len(d.Endpoints()))
 		case <-ctx.Done():
 		}
