@@ -22,7 +22,8 @@
 // Index implements signals.PrefixMatcher and signals.Observer. It records a
 // request's blocks on the endpoint it was dispatched to, so a burst that
 // shares a prefix sees the first placement at once, confirms them when the
-// request completes, and forgets an endpoint's blocks when the endpoint
+// request completes (or drops them when it failed before its first token
+// and no other request in flight recorded them), and forgets an endpoint's blocks when the endpoint
 // restarts or goes down (a new signals.Endpoint.Generation, noticed through
 // signals.RestartEpoch) or leaves the pool (Index.Retain or Index.Forget,
 // called by whoever owns the pool). Each endpoint has a block capacity

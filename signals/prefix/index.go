@@ -157,7 +157,8 @@ type epState struct {
 	cap  int    // LRU capacity in entries
 	mark uint64 // Retain's epoch
 	// lru holds the endpoint's entries, each pending (recorded at dispatch)
-	// or confirmed (a request using it completed).
+	// or confirmed (a request using it completed), each with the number of
+	// requests in flight that recorded it.
 	lru lruTable
 }
 
@@ -280,8 +281,8 @@ func (ix *Index) positions(n int, f func(p int)) {
 }
 
 // Dispatched records req's blocks on ep, pending confirmation, so that the
-// next requests with the same prefix see the placement at once. It
-// implements signals.Observer.
+// next requests with the same prefix see the placement at once, and counts
+// req in flight on each of them. It implements signals.Observer.
 func (ix *Index) Dispatched(req *signals.Request, ep *signals.Endpoint) {
 	hs := req.PromptBlocks
 	if len(hs) == 0 || ep == nil {
@@ -293,20 +294,25 @@ func (ix *Index) Dispatched(req *signals.Request, ep *signals.Endpoint) {
 	ix.positions(len(hs), func(p int) {
 		h := hs[p]
 		if i := st.lru.Find(h); i >= 0 {
+			st.lru.AddPending(i)
 			st.lru.Touch(i)
 			return
 		}
-		ix.insertLocked(st, h, false)
+		ix.insertLocked(st, h, false, 1)
 	})
 }
 
-// Completed confirms req's blocks on ep when the endpoint processed the
-// prompt (no error, or an error after the first token), re-adding any that
-// were evicted meanwhile. When the request failed before its first token,
-// the unconfirmed entries at its blocks are removed: those it added, and
-// also those another request still in flight with the same prefix added
-// (entries do not record who added them), which that request restores
-// when it completes.
+// Completed ends req's part in the entries at its blocks on ep. When the
+// endpoint processed the prompt (no error, or an error after the first
+// token) it confirms them, re-adding any that were evicted meanwhile. When
+// the request failed before its first token, it removes those of them that
+// are unconfirmed and that no other request in flight recorded: every entry
+// counts the requests that recorded it at dispatch and have not completed,
+// so a failure does not take away the placement of another request with
+// the same prefix. The count is per entry, not per request, so it is
+// approximate in two cases: an entry that was evicted while req was in
+// flight and then recorded again by another request is counted down by
+// both, and a count that reached 255 stays there, so its entry is kept.
 // A completion from an endpoint the index forgot, or from an earlier
 // generation of it, changes nothing. It implements signals.Observer.
 func (ix *Index) Completed(req *signals.Request, ep *signals.Endpoint, out signals.Outcome) {
@@ -323,7 +329,7 @@ func (ix *Index) Completed(req *signals.Request, ep *signals.Endpoint, out signa
 	}
 	if !ok {
 		ix.positions(len(hs), func(p int) {
-			if i := st.lru.Find(hs[p]); i >= 0 && !st.lru.Confirmed(i) {
+			if i := st.lru.Find(hs[p]); i >= 0 && st.lru.DropPending(i) == 0 && !st.lru.Confirmed(i) {
 				st.lru.Remove(i)
 				ix.removeHolder(hs[p], st.slot)
 				ix.entries--
@@ -334,21 +340,23 @@ func (ix *Index) Completed(req *signals.Request, ep *signals.Endpoint, out signa
 	ix.positions(len(hs), func(p int) {
 		h := hs[p]
 		if i := st.lru.Find(h); i >= 0 {
+			st.lru.DropPending(i)
 			st.lru.Confirm(i)
 			st.lru.Touch(i)
 			return
 		}
-		ix.insertLocked(st, h, true)
+		ix.insertLocked(st, h, true, 0)
 	})
 }
 
 // insertLocked records h, absent from st's LRU, as st's most recently used
-// entry, evicting its least recently used entry first when st is full.
-func (ix *Index) insertLocked(st *epState, h uint64, confirmed bool) {
+// entry with the given confirmation and in-flight count, evicting its least
+// recently used entry first when st is full.
+func (ix *Index) insertLocked(st *epState, h uint64, confirmed bool, pending int) {
 	if st.lru.Len() >= st.cap {
 		ix.evictLocked(st)
 	}
-	st.lru.Insert(h, confirmed, st.cap)
+	st.lru.Insert(h, confirmed, pending, st.cap)
 	ix.addHolder(h, st.slot)
 	ix.entries++
 }
@@ -398,13 +406,19 @@ func (ix *Index) stateLocked(ep *signals.Endpoint) *epState {
 	return st
 }
 
-// capacity returns ep's LRU capacity in entries.
+// capacity returns ep's LRU capacity in entries: its blocks divided by the
+// stride, at least 1 and at most maxEntries (about 100 million, far above
+// any real KV cache, so that a scraped capacity cannot overflow a table).
 func (ix *Index) capacity(ep *signals.Endpoint) int {
 	blocks := ix.cfg.DefaultCapacity
 	if t := ep.Metrics().CapacityTokens(); t > 0 {
 		blocks = t / ix.cfg.TokensPerBlock
 	}
-	return max((blocks+ix.cfg.Stride-1)/ix.cfg.Stride, 1)
+	n := blocks / ix.cfg.Stride
+	if blocks%ix.cfg.Stride != 0 {
+		n++
+	}
+	return min(max(n, 1), maxEntries)
 }
 
 // Forget drops the given endpoints and all their entries, for endpoints

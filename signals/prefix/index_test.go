@@ -175,6 +175,11 @@ func TestCapacityEvictsTailFirst(t *testing.T) {
 	assert.InDeltaSlice(t, []float64{4.0 / 30}, match(ix2, b, eps), 1e-12)
 	assert.InDeltaSlice(t, []float64{1}, match(ix2, c, eps), 1e-12)
 
+	// A capacity beyond what a table can index is held to maxEntries.
+	huge := signals.NewEndpoint(signals.EndpointSpec{Name: "huge"})
+	huge.SetMetrics(&signals.Metrics{BlockSize: 1 << 20, NumBlocks: 1 << 30})
+	assert.Equal(t, maxEntries, newIndex(t, IndexConfig{Stride: 1}).capacity(huge))
+
 	// Capacity follows the scrape; the default applies without one.
 	ep.SetMetrics(&signals.Metrics{BlockSize: 16, NumBlocks: 8})
 	ix2.Dispatched(&signals.Request{PromptBlocks: a[:1]}, ep)
@@ -213,6 +218,46 @@ func TestCompletedConfirmsOrUnconfirms(t *testing.T) {
 			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
 			ix.Completed(&signals.Request{PromptBlocks: more}, ep, failed)
 		}, 0.5},
+		{"a failure keeps what another request in flight recorded", func(ix *Index) {
+			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
+			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
+			ix.Completed(&signals.Request{PromptBlocks: more}, ep, failed)
+		}, 1},
+		{"the last failure in flight removes", func(ix *Index) {
+			for range 3 {
+				ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
+			}
+			for range 3 {
+				ix.Completed(&signals.Request{PromptBlocks: more}, ep, failed)
+			}
+		}, 0},
+		{"a failure in flight with a shorter prompt keeps the shared head", func(ix *Index) {
+			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
+			ix.Dispatched(&signals.Request{PromptBlocks: blocks}, ep)
+			ix.Completed(&signals.Request{PromptBlocks: more}, ep, failed)
+		}, 0.5},
+		{"a success in flight protects from a later failure", func(ix *Index) {
+			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
+			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
+			ix.Completed(&signals.Request{PromptBlocks: more}, ep, signals.Outcome{})
+			ix.Completed(&signals.Request{PromptBlocks: more}, ep, failed)
+		}, 1},
+		{"a saturated in-flight count keeps its entries", func(ix *Index) {
+			for range maxPending + 1 {
+				ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
+			}
+			for range maxPending + 1 {
+				ix.Completed(&signals.Request{PromptBlocks: more}, ep, failed)
+			}
+		}, 1},
+		{"one short of saturation counts exactly", func(ix *Index) {
+			for range maxPending - 1 {
+				ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
+			}
+			for range maxPending - 1 {
+				ix.Completed(&signals.Request{PromptBlocks: more}, ep, failed)
+			}
+		}, 0},
 		{"success re-adds what was evicted", func(ix *Index) {
 			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
 			ix.Dispatched(&signals.Request{PromptBlocks: chain(nil, 16, 9)}, ep) // evicts more

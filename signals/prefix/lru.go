@@ -67,17 +67,31 @@ func reduce(m uint64, n int) int {
 	return int(hi)
 }
 
-// Link words of an lruNode: a neighbour's slot number plus one (0: none) in
-// the low 31 bits, and a flag in the top bit.
+// Link words of an lruNode. Each is a neighbour's slot number plus one (0:
+// none) in the low 27 bits, a flag in the top bit, and in bits 27–30 one
+// nibble of the entry's in-flight count: the low nibble in prev, the high
+// nibble in next.
 const (
-	linkMask = 1<<31 - 1
-	flagBit  = 1 << 31
+	linkBits   = 27
+	linkMask   = 1<<linkBits - 1
+	flagBit    = 1 << 31
+	nibbleMask = 0xf << linkBits
+	// maxSlots is the most slots a table may have: slot numbers plus one
+	// must fit in the link bits.
+	maxSlots = linkMask
+	// maxPending is where an entry's in-flight count saturates: an entry
+	// that reaches it keeps that count until it leaves the table.
+	maxPending = 255
+	// maxEntries is the most entries a table can hold within the maximum
+	// load; an owner must not ask for more.
+	maxEntries = maxSlots * maxLoadNum / maxLoadDen
 )
 
 // lruNode is a slot of an lruTable: a block hash and its two neighbours in
 // the recency list. The top bit of prev marks the slot as used, the top bit
-// of next marks the entry as confirmed (a request using it completed), so a
-// node is 16 bytes.
+// of next marks the entry as confirmed (a request using it completed), and
+// the spare bits of the two links count the requests in flight that
+// recorded the entry, so a node is 16 bytes.
 type lruNode struct {
 	h    uint64
 	prev uint32 // more recently used neighbour + 1; flagBit: slot in use
@@ -88,8 +102,17 @@ func (n *lruNode) used() bool      { return n.prev&flagBit != 0 }
 func (n *lruNode) confirmed() bool { return n.next&flagBit != 0 }
 func (n *lruNode) prevLink() int   { return int(n.prev & linkMask) }
 func (n *lruNode) nextLink() int   { return int(n.next & linkMask) }
-func (n *lruNode) setPrev(l int)   { n.prev = n.prev&flagBit | uint32(l) }
-func (n *lruNode) setNext(l int)   { n.next = n.next&flagBit | uint32(l) }
+func (n *lruNode) setPrev(l int)   { n.prev = n.prev&^linkMask | uint32(l) }
+func (n *lruNode) setNext(l int)   { n.next = n.next&^linkMask | uint32(l) }
+
+func (n *lruNode) pending() int {
+	return int(n.prev&nibbleMask>>linkBits) | int(n.next&nibbleMask>>linkBits)<<4
+}
+
+func (n *lruNode) setPending(c int) {
+	n.prev = n.prev&^nibbleMask | uint32(c&0xf)<<linkBits
+	n.next = n.next&^nibbleMask | uint32(c>>4&0xf)<<linkBits
+}
 
 // lruTable is a set of block hashes in least-recently-used order: an
 // open-addressing hash table whose used slots are also the nodes of a
@@ -135,6 +158,42 @@ func (t *lruTable) Confirmed(i int) bool { return t.nodes[i].confirmed() }
 // Confirm marks the entry in slot i confirmed.
 func (t *lruTable) Confirm(i int) { t.nodes[i].next |= flagBit }
 
+// Pending returns the in-flight count of the entry in slot i: how many
+// requests that recorded it have not completed, as counted by AddPending
+// and DropPending.
+func (t *lruTable) Pending(i int) int { return t.nodes[i].pending() }
+
+// AddPending counts one more request in flight on the entry in slot i. The
+// count saturates at maxPending.
+func (t *lruTable) AddPending(i int) {
+	nd := &t.nodes[i]
+	switch {
+	case nd.prev&nibbleMask != nibbleMask: // the low nibble has room
+		nd.prev += 1 << linkBits
+	case nd.next&nibbleMask != nibbleMask: // carry into the high nibble
+		nd.prev &^= nibbleMask
+		nd.next += 1 << linkBits
+	}
+}
+
+// DropPending counts one request fewer in flight on the entry in slot i and
+// returns the count left. A saturated count no longer knows how many
+// requests it stands for, so it stays saturated; a zero count stays zero.
+func (t *lruTable) DropPending(i int) int {
+	nd := &t.nodes[i]
+	c := nd.pending()
+	switch {
+	case c == 0 || c == maxPending:
+		return c
+	case nd.prev&nibbleMask != 0:
+		nd.prev -= 1 << linkBits
+	default: // borrow from the high nibble
+		nd.prev |= nibbleMask
+		nd.next -= 1 << linkBits
+	}
+	return c - 1
+}
+
 // Hash returns the block hash in slot i.
 func (t *lruTable) Hash(i int) uint64 { return t.nodes[i].h }
 
@@ -152,17 +211,22 @@ func (t *lruTable) Touch(i int) {
 }
 
 // Insert adds h, which must not be in the table, as the most recently used
-// entry, growing the table when it is full; limit, when positive, is the
-// most entries the table will ever be asked to hold, so that growth does
-// not overshoot it.
-func (t *lruTable) Insert(h uint64, confirmed bool, limit int) {
+// entry with the given confirmation and in-flight count (at most
+// maxPending), growing the table when it is full; limit, when positive, is
+// the most entries the table will ever be asked to hold, so that growth
+// does not overshoot it. A table holds at most maxEntries entries.
+func (t *lruTable) Insert(h uint64, confirmed bool, pending, limit int) {
 	if (t.n+1)*maxLoadDen > len(t.nodes)*maxLoadNum {
+		if t.n+1 > maxEntries {
+			panic("prefix: lruTable over maxEntries")
+		}
 		t.rehash(grownSlots(len(t.nodes), t.n+1, limit))
 	}
 	i := t.place(h)
 	if confirmed {
 		t.nodes[i].next = flagBit
 	}
+	t.nodes[i].setPending(pending)
 	t.pushFront(i)
 	t.n++
 }
@@ -270,15 +334,17 @@ func (t *lruTable) move(from, to int) {
 	}
 }
 
-// rehash moves every entry into a new array of size slots, keeping the
-// recency order and the confirmed marks.
+// rehash moves every entry into a new array of size slots (at most
+// maxSlots), keeping the recency order, the confirmed marks and the
+// in-flight counts.
 func (t *lruTable) rehash(size int) {
 	old := *t
-	*t = lruTable{nodes: make([]lruNode, size)}
+	*t = lruTable{nodes: make([]lruNode, min(size, maxSlots))}
 	for l := old.tail; l != 0; l = old.nodes[l-1].prevLink() {
 		o := &old.nodes[l-1]
 		i := t.place(o.h)
-		t.nodes[i].next = o.next & flagBit
+		t.nodes[i].prev |= o.prev & nibbleMask
+		t.nodes[i].next = o.next & (flagBit | nibbleMask)
 		t.pushFront(i)
 		t.n++
 	}

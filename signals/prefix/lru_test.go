@@ -20,6 +20,7 @@ type refLRU struct {
 type refEntry struct {
 	h         uint64
 	confirmed bool
+	pending   int
 }
 
 func newRefLRU() *refLRU { return &refLRU{order: list.New(), byH: map[uint64]*list.Element{}} }
@@ -34,11 +35,14 @@ func (r *refLRU) check(t *testing.T, tb *lruTable, absent uint64) {
 		en := *e.Value.(*refEntry)
 		want = append(want, en)
 		if i := tb.Find(en.h); i >= 0 {
-			found = append(found, refEntry{h: tb.Hash(i), confirmed: tb.Confirmed(i)})
+			found = append(found, refEntry{h: tb.Hash(i), confirmed: tb.Confirmed(i), pending: tb.Pending(i)})
 		}
 	}
 	require.Equal(t, want, found, "Find")
-	tb.Each(func(h uint64) { got = append(got, refEntry{h: h, confirmed: tb.Confirmed(tb.Find(h))}) })
+	tb.Each(func(h uint64) {
+		i := tb.Find(h)
+		got = append(got, refEntry{h: h, confirmed: tb.Confirmed(i), pending: tb.Pending(i)})
+	})
 	require.Equal(t, want, got, "Each")
 	if r.order.Len() > 0 {
 		require.Equal(t, r.order.Back().Value.(*refEntry).h, tb.Hash(tb.Oldest()))
@@ -82,18 +86,32 @@ func TestLRUTableAgainstReference(t *testing.T) {
 						tb.Remove(tb.Oldest())
 					}
 					conf := rng.IntN(2) == 0
-					ref.byH[h] = ref.order.PushFront(&refEntry{h: h, confirmed: conf})
-					tb.Insert(h, conf, tc.limit)
+					pend := []int{0, 1, 2, 15, 16, 17, maxPending - 1, maxPending}[rng.IntN(8)] // nibble edges
+					ref.byH[h] = ref.order.PushFront(&refEntry{h: h, confirmed: conf, pending: pend})
+					tb.Insert(h, conf, pend, tc.limit)
 				case k < 7: // remove
 					if present {
 						ref.order.Remove(e)
 						delete(ref.byH, h)
 						tb.Remove(tb.Find(h))
 					}
-				case k < 8: // confirm
-					if present {
-						e.Value.(*refEntry).confirmed = true
-						tb.Confirm(tb.Find(h))
+				case k < 8: // confirm, or count a request in flight, or one fewer
+					if !present {
+						break
+					}
+					en := e.Value.(*refEntry)
+					switch i := tb.Find(h); rng.IntN(3) {
+					case 0:
+						en.confirmed = true
+						tb.Confirm(i)
+					case 1:
+						en.pending = min(en.pending+1, maxPending)
+						tb.AddPending(i)
+					default:
+						if en.pending > 0 && en.pending < maxPending {
+							en.pending--
+						}
+						require.Equal(t, en.pending, tb.DropPending(i))
 					}
 				case k < 9: // evict the oldest
 					if old := ref.order.Back(); old != nil {
@@ -122,7 +140,7 @@ func TestLRUTableLoad(t *testing.T) {
 	// past the first allocation.
 	var tb lruTable
 	for i := 0; i < 100_000; i++ {
-		tb.Insert(uint64(i), false, 0)
+		tb.Insert(uint64(i), false, 0, 0)
 		if i >= 1000 && i%97 == 0 {
 			load := float64(tb.Len()) / float64(len(tb.nodes))
 			require.GreaterOrEqual(t, load, 0.59, "at %d entries", tb.Len())
