@@ -195,6 +195,17 @@ func TestCompletedConfirmsOrUnconfirms(t *testing.T) {
 	blocks := chain(nil, 8, 1)
 	more := chain(blocks, 8, 2)
 	failed := signals.Outcome{Err: errors.New("boom")}
+	// failAfter dispatches n requests for more, then fails them all.
+	failAfter := func(n int) func(ix *Index) {
+		return func(ix *Index) {
+			for range n {
+				ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
+			}
+			for range n {
+				ix.Completed(&signals.Request{PromptBlocks: more}, ep, failed)
+			}
+		}
+	}
 	tests := []struct {
 		name string
 		run  func(ix *Index)
@@ -223,14 +234,7 @@ func TestCompletedConfirmsOrUnconfirms(t *testing.T) {
 			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
 			ix.Completed(&signals.Request{PromptBlocks: more}, ep, failed)
 		}, 1},
-		{"the last failure in flight removes", func(ix *Index) {
-			for range 3 {
-				ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
-			}
-			for range 3 {
-				ix.Completed(&signals.Request{PromptBlocks: more}, ep, failed)
-			}
-		}, 0},
+		{"the last failure in flight removes", failAfter(3), 0},
 		{"a failure in flight with a shorter prompt keeps the shared head", func(ix *Index) {
 			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
 			ix.Dispatched(&signals.Request{PromptBlocks: blocks}, ep)
@@ -242,22 +246,8 @@ func TestCompletedConfirmsOrUnconfirms(t *testing.T) {
 			ix.Completed(&signals.Request{PromptBlocks: more}, ep, signals.Outcome{})
 			ix.Completed(&signals.Request{PromptBlocks: more}, ep, failed)
 		}, 1},
-		{"a saturated in-flight count keeps its entries", func(ix *Index) {
-			for range maxPending + 1 {
-				ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
-			}
-			for range maxPending + 1 {
-				ix.Completed(&signals.Request{PromptBlocks: more}, ep, failed)
-			}
-		}, 1},
-		{"one short of saturation counts exactly", func(ix *Index) {
-			for range maxPending - 1 {
-				ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
-			}
-			for range maxPending - 1 {
-				ix.Completed(&signals.Request{PromptBlocks: more}, ep, failed)
-			}
-		}, 0},
+		{"a saturated in-flight count keeps its entries", failAfter(maxPending + 1), 1},
+		{"one short of saturation counts exactly", failAfter(maxPending - 1), 0},
 		{"success re-adds what was evicted", func(ix *Index) {
 			ix.Dispatched(&signals.Request{PromptBlocks: more}, ep)
 			ix.Dispatched(&signals.Request{PromptBlocks: chain(nil, 16, 9)}, ep) // evicts more
