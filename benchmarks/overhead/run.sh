@@ -125,14 +125,18 @@ cpu_ids() {
 # count_cpus LIST prints how many CPUs a taskset list names.
 count_cpus() { cpu_ids "$1" | wc -l; }
 THREADS=${THREADS:-$(count_cpus "$LOAD_CPUS")}
-# cpu_ticks LIST prints the busy and total jiffies of the CPUs a taskset
-# list names, from /proc/stat; two readings give the busy share of the
-# server CPUs over a run.
+# cpu_ticks LIST prints the busy, stolen and total jiffies of the CPUs a
+# taskset list names, from /proc/stat; two readings give the shares of the
+# server CPUs' time over a run that their processes used and that the
+# hypervisor gave to other guests (steal: on a shared virtual machine, a
+# round with much of it was slowed by the neighbours, not by its target).
 cpu_ticks() {
 	awk -v ids="$(cpu_ids "$1")" 'BEGIN { n = split(ids, a, "\n"); for (i = 1; i <= n; i++) want["cpu" a[i]] = 1 }
-		$1 in want { for (i = 2; i <= 9; i++) total += $i; busy += $2 + $3 + $4 + $7 + $8 + $9 }
-		END { print busy, total }' /proc/stat
+		$1 in want { for (i = 2; i <= 9; i++) total += $i; busy += $2 + $3 + $4 + $7 + $8; steal += $9 }
+		END { print busy, steal, total }' /proc/stat
 }
+# share PART TOTAL prints PART as a whole percentage of TOTAL.
+share() { awk -v p="$1" -v t="$2" 'BEGIN { printf "%.0f", (t > 0 ? 100 * p / t : 0) }'; }
 NGINX_WORKERS=$(count_cpus "$SERVER_CPUS")
 log "$PINNING"
 
@@ -282,6 +286,7 @@ run() {
 }
 
 RESULTS=()
+STEAL=() # "phase name body round percent" of every loaded round
 for round in $(seq 1 "$ROUNDS"); do
 	for body in 1KB 220KB; do
 		for target in "${TARGETS[@]}"; do
@@ -294,9 +299,13 @@ for round in $(seq 1 "$ROUNDS"); do
 				secs=$((secs > 4 ? secs - 2 : 2))
 				curl -s -o "$WORK/gateway-$body.pprof" "http://127.0.0.1:$PPROF_PORT/debug/pprof/profile?seconds=$secs" &
 			fi
+			read -r _ steal0 total0 < <(cpu_ticks "$SERVER_CPUS")
 			line=$(run "$name" "$port" "$body")
-			log "  $line"
+			read -r _ steal1 total1 < <(cpu_ticks "$SERVER_CPUS")
+			stolen=$(share $((steal1 - steal0)) $((total1 - total0)))
+			log "  $line (server CPUs ${stolen}% stolen)"
 			RESULTS+=("$line")
+			STEAL+=("saturation $name $body $round $stolen")
 		done
 	done
 done
@@ -354,7 +363,7 @@ if [ "$FIXED" = 1 ]; then
 					"$port" "$WORK/body-$body.json" >"$WORK/targets-$name-$body.txt"
 				log "fixed rate, round $round/$ROUNDS: vegeta $name $body ($rate req/s, $DURATION, at most $CONNS connections)"
 				res="$WORK/vegeta-$name-$br-$round"
-				read -r busy0 total0 < <(cpu_ticks "$SERVER_CPUS")
+				read -r busy0 steal0 total0 < <(cpu_ticks "$SERVER_CPUS")
 				"${LOAD[@]}" "$VEGETA" attack -targets "$WORK/targets-$name-$body.txt" -rate "$rate/1s" -duration "$DURATION" \
 					-max-connections "$CONNS" -http2=false -timeout 30s >"$res.bin"
 				"$VEGETA" report -type json "$res.bin" >"$res.json"
@@ -362,9 +371,11 @@ if [ "$FIXED" = 1 ]; then
 				line=$(jq -r --arg n "$name" --arg b "$br" \
 					'"\($n) \($b) \(.throughput | floor) \(.latencies["50th"] / 1e6) \(.latencies["90th"] / 1e6) \(.latencies["99th"] / 1e6) \(.requests - (.status_codes["200"] // 0))"' \
 					"$res.json")
-				read -r busy1 total1 < <(cpu_ticks "$SERVER_CPUS")
-				log "  $line (server CPUs $(awk -v b=$((busy1 - busy0)) -v t=$((total1 - total0)) 'BEGIN { printf "%.0f", (t > 0 ? 100 * b / t : 0) }')% busy)"
+				read -r busy1 steal1 total1 < <(cpu_ticks "$SERVER_CPUS")
+				stolen=$(share $((steal1 - steal0)) $((total1 - total0)))
+				log "  $line (server CPUs $(share $((busy1 - busy0)) $((total1 - total0)))% busy, ${stolen}% stolen)"
 				ALLFIXED+=("$line")
+				STEAL+=("fixed $name $br $round $stolen")
 			done
 		done
 	done
@@ -471,8 +482,25 @@ printf '%s\n' "${UNLOADED[@]}" | awk '
 			printf "%s unloaded: gateway p99 - direct p99 = %.3f ms\n", body, p99["gateway/" body] - p99["direct/" body]
 		}
 	}'
+# Steal: the share of the server CPUs' time the hypervisor gave to other
+# guests. It is zero on a dedicated machine; where it is not, the rounds
+# with most of it are the ones to distrust.
+echo
+printf '%s\n' "${STEAL[@]}" | awk '
+	{ n[$1]++; sum[$1] += $5; if (!($1 in max) || $5 + 0 > max[$1]) { max[$1] = $5 + 0; at[$1] = $2 " " $3 " round " $4 } }
+	END {
+		line = "steal (server CPU time the hypervisor gave to other guests), per loaded round:"
+		split("saturation fixed", ph, " ")
+		for (i = 1; i <= 2; i++) {
+			p = ph[i]
+			if (!(p in n)) continue
+			line = line sprintf(" %s mean %.0f%%, highest %d%% (%s);", (p == "fixed" ? "fixed rate" : p), sum[p] / n[p], max[p], at[p])
+		}
+		print line " every round is in the log"
+	}'
 if [ -n "$OUT" ]; then
 	mkdir -p "$OUT"
+	printf '%s\n' "${STEAL[@]}" >"$OUT/steal-rounds.txt"
 	cp "$WORK"/wrk-*.txt "$OUT"/
 	cp "$WORK"/vegeta-*.json "$OUT"/ 2>/dev/null || true
 	printf '%s\n' "${RESULTS[@]}" >"$OUT/saturation-rounds.txt"
