@@ -158,11 +158,6 @@ func (t *lruTable) Confirmed(i int) bool { return t.nodes[i].confirmed() }
 // Confirm marks the entry in slot i confirmed.
 func (t *lruTable) Confirm(i int) { t.nodes[i].next |= flagBit }
 
-// Pending returns the in-flight count of the entry in slot i: how many
-// requests that recorded it have not completed, as counted by AddPending
-// and DropPending.
-func (t *lruTable) Pending(i int) int { return t.nodes[i].pending() }
-
 // AddPending counts one more request in flight on the entry in slot i. The
 // count saturates at maxPending.
 func (t *lruTable) AddPending(i int) {

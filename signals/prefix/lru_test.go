@@ -23,6 +23,11 @@ type refEntry struct {
 	pending   int
 }
 
+// Pending returns the in-flight count of the entry in slot i, as counted
+// by AddPending and DropPending (the index itself reads it only through
+// DropPending).
+func (t *lruTable) Pending(i int) int { return t.nodes[i].pending() }
+
 func newRefLRU() *refLRU { return &refLRU{order: list.New(), byH: map[uint64]*list.Element{}} }
 
 // check compares t with the reference: length, recency order, confirmed
