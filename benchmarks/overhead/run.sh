@@ -286,7 +286,7 @@ run() {
 }
 
 RESULTS=()
-STEAL=() # "phase name body round percent" of every loaded round
+STEAL=() # "phase name body round server% load%" (steal) of every loaded round
 for round in $(seq 1 "$ROUNDS"); do
 	for body in 1KB 220KB; do
 		for target in "${TARGETS[@]}"; do
@@ -300,12 +300,15 @@ for round in $(seq 1 "$ROUNDS"); do
 				curl -s -o "$WORK/gateway-$body.pprof" "http://127.0.0.1:$PPROF_PORT/debug/pprof/profile?seconds=$secs" &
 			fi
 			read -r _ steal0 total0 < <(cpu_ticks "$SERVER_CPUS")
+			read -r _ lsteal0 ltotal0 < <(cpu_ticks "$LOAD_CPUS")
 			line=$(run "$name" "$port" "$body")
 			read -r _ steal1 total1 < <(cpu_ticks "$SERVER_CPUS")
+			read -r _ lsteal1 ltotal1 < <(cpu_ticks "$LOAD_CPUS")
 			stolen=$(share $((steal1 - steal0)) $((total1 - total0)))
-			log "  $line (server CPUs ${stolen}% stolen)"
+			lstolen=$(share $((lsteal1 - lsteal0)) $((ltotal1 - ltotal0)))
+			log "  $line (server CPUs ${stolen}% stolen, load CPUs ${lstolen}%)"
 			RESULTS+=("$line")
-			STEAL+=("saturation $name $body $round $stolen")
+			STEAL+=("saturation $name $body $round $stolen $lstolen")
 		done
 	done
 done
@@ -364,6 +367,7 @@ if [ "$FIXED" = 1 ]; then
 				log "fixed rate, round $round/$ROUNDS: vegeta $name $body ($rate req/s, $DURATION, at most $CONNS connections)"
 				res="$WORK/vegeta-$name-$br-$round"
 				read -r busy0 steal0 total0 < <(cpu_ticks "$SERVER_CPUS")
+				read -r _ lsteal0 ltotal0 < <(cpu_ticks "$LOAD_CPUS")
 				"${LOAD[@]}" "$VEGETA" attack -targets "$WORK/targets-$name-$body.txt" -rate "$rate/1s" -duration "$DURATION" \
 					-max-connections "$CONNS" -http2=false -timeout 30s >"$res.bin"
 				"$VEGETA" report -type json "$res.bin" >"$res.json"
@@ -372,10 +376,12 @@ if [ "$FIXED" = 1 ]; then
 					'"\($n) \($b) \(.throughput | floor) \(.latencies["50th"] / 1e6) \(.latencies["90th"] / 1e6) \(.latencies["99th"] / 1e6) \(.requests - (.status_codes["200"] // 0))"' \
 					"$res.json")
 				read -r busy1 steal1 total1 < <(cpu_ticks "$SERVER_CPUS")
+				read -r _ lsteal1 ltotal1 < <(cpu_ticks "$LOAD_CPUS")
 				stolen=$(share $((steal1 - steal0)) $((total1 - total0)))
-				log "  $line (server CPUs $(share $((busy1 - busy0)) $((total1 - total0)))% busy, ${stolen}% stolen)"
+				lstolen=$(share $((lsteal1 - lsteal0)) $((ltotal1 - ltotal0)))
+				log "  $line (server CPUs $(share $((busy1 - busy0)) $((total1 - total0)))% busy, ${stolen}% stolen; load CPUs ${lstolen}% stolen)"
 				ALLFIXED+=("$line")
-				STEAL+=("fixed $name $br $round $stolen")
+				STEAL+=("fixed $name $br $round $stolen $lstolen")
 			done
 		done
 	done
@@ -482,19 +488,27 @@ printf '%s\n' "${UNLOADED[@]}" | awk '
 			printf "%s unloaded: gateway p99 - direct p99 = %.3f ms\n", body, p99["gateway/" body] - p99["direct/" body]
 		}
 	}'
-# Steal: the share of the server CPUs' time the hypervisor gave to other
-# guests. It is zero on a dedicated machine; where it is not, the rounds
-# with most of it are the ones to distrust.
+# Steal: the share of the CPUs' time the hypervisor gave to other guests,
+# on the server CPUs and on the load generators' (where a stall delays the
+# reading of answers, so it shows in the latency measured although no
+# server was slowed). It is zero on a dedicated machine; where it is not,
+# the rounds with most of it are the ones to distrust.
 echo
 printf '%s\n' "${STEAL[@]}" | awk '
-	{ n[$1]++; sum[$1] += $5; if (!($1 in max) || $5 + 0 > max[$1]) { max[$1] = $5 + 0; at[$1] = $2 " " $3 " round " $4 } }
+	function note(p, k, v) {
+		sum[p, k] += v
+		if (!((p, k) in max) || v > max[p, k]) { max[p, k] = v; at[p, k] = $2 " " $3 " round " $4 }
+	}
+	{ n[$1]++; note($1, "server", $5 + 0); note($1, "load", $6 + 0) }
 	END {
-		line = "steal (server CPU time the hypervisor gave to other guests), per loaded round:"
+		line = "steal (CPU time the hypervisor gave to other guests), per loaded round:"
 		split("saturation fixed", ph, " ")
 		for (i = 1; i <= 2; i++) {
 			p = ph[i]
 			if (!(p in n)) continue
-			line = line sprintf(" %s mean %.0f%%, highest %d%% (%s);", (p == "fixed" ? "fixed rate" : p), sum[p] / n[p], max[p], at[p])
+			line = line sprintf(" %s: server CPUs mean %.0f%%, highest %d%% (%s), load CPUs mean %.0f%%, highest %d%% (%s);",
+				(p == "fixed" ? "fixed rate" : p), sum[p, "server"] / n[p], max[p, "server"], at[p, "server"],
+				sum[p, "load"] / n[p], max[p, "load"], at[p, "load"])
 		}
 		print line " every round is in the log"
 	}'
