@@ -125,18 +125,32 @@ cpu_ids() {
 # count_cpus LIST prints how many CPUs a taskset list names.
 count_cpus() { cpu_ids "$1" | wc -l; }
 THREADS=${THREADS:-$(count_cpus "$LOAD_CPUS")}
-# cpu_ticks LIST prints the busy, stolen and total jiffies of the CPUs a
-# taskset list names, from /proc/stat; two readings give the shares of the
-# server CPUs' time over a run that their processes used and that the
-# hypervisor gave to other guests (steal: on a shared virtual machine, a
-# round with much of it was slowed by the neighbours, not by its target).
-cpu_ticks() {
-	awk -v ids="$(cpu_ids "$1")" 'BEGIN { n = split(ids, a, "\n"); for (i = 1; i <= n; i++) want["cpu" a[i]] = 1 }
-		$1 in want { for (i = 2; i <= 9; i++) total += $i; busy += $2 + $3 + $4 + $7 + $8; steal += $9 }
-		END { print busy, steal, total }' /proc/stat
+# cpu_snapshot prints, from one reading of /proc/stat, the busy, stolen
+# and total jiffies of the server CPUs, then the stolen and total jiffies
+# of the load generators' CPUs. Two snapshots give the shares of a round's
+# CPU time that the servers used and that the hypervisor gave to other
+# guests (steal: on a shared virtual machine, a round with much of it was
+# slowed by the neighbours, not by its target; on the load CPUs a stall
+# delays the reading of answers, so it shows in the latency measured).
+cpu_snapshot() {
+	awk -v srv="$(cpu_ids "$SERVER_CPUS")" -v load="$(cpu_ids "$LOAD_CPUS")" '
+		BEGIN {
+			n = split(srv, a, "\n"); for (i = 1; i <= n; i++) s["cpu" a[i]] = 1
+			n = split(load, a, "\n"); for (i = 1; i <= n; i++) l["cpu" a[i]] = 1
+		}
+		{ t = 0; for (i = 2; i <= 9; i++) t += $i }
+		$1 in s { total += t; busy += $2 + $3 + $4 + $7 + $8; steal += $9 }
+		$1 in l { ltotal += t; lsteal += $9 }
+		END { print busy + 0, steal + 0, total + 0, lsteal + 0, ltotal + 0 }' /proc/stat
 }
-# share PART TOTAL prints PART as a whole percentage of TOTAL.
-share() { awk -v p="$1" -v t="$2" 'BEGIN { printf "%.0f", (t > 0 ? 100 * p / t : 0) }'; }
+# cpu_shares BEFORE AFTER prints, between two cpu_snapshot readings, the
+# whole percentages of the server CPUs' time that was busy and stolen, and
+# of the load CPUs' time that was stolen.
+cpu_shares() {
+	awk -v a="$1" -v b="$2" 'function pc(p, t) { return t > 0 ? 100 * p / t : 0 }
+		BEGIN { split(a, x, " "); split(b, y, " ")
+			printf "%.0f %.0f %.0f\n", pc(y[1] - x[1], y[3] - x[3]), pc(y[2] - x[2], y[3] - x[3]), pc(y[4] - x[4], y[5] - x[5]) }'
+}
 NGINX_WORKERS=$(count_cpus "$SERVER_CPUS")
 log "$PINNING"
 
@@ -299,13 +313,9 @@ for round in $(seq 1 "$ROUNDS"); do
 				secs=$((secs > 4 ? secs - 2 : 2))
 				curl -s -o "$WORK/gateway-$body.pprof" "http://127.0.0.1:$PPROF_PORT/debug/pprof/profile?seconds=$secs" &
 			fi
-			read -r _ steal0 total0 < <(cpu_ticks "$SERVER_CPUS")
-			read -r _ lsteal0 ltotal0 < <(cpu_ticks "$LOAD_CPUS")
+			snap=$(cpu_snapshot)
 			line=$(run "$name" "$port" "$body")
-			read -r _ steal1 total1 < <(cpu_ticks "$SERVER_CPUS")
-			read -r _ lsteal1 ltotal1 < <(cpu_ticks "$LOAD_CPUS")
-			stolen=$(share $((steal1 - steal0)) $((total1 - total0)))
-			lstolen=$(share $((lsteal1 - lsteal0)) $((ltotal1 - ltotal0)))
+			read -r _ stolen lstolen < <(cpu_shares "$snap" "$(cpu_snapshot)")
 			log "  $line (server CPUs ${stolen}% stolen, load CPUs ${lstolen}%)"
 			RESULTS+=("$line")
 			STEAL+=("saturation $name $body $round $stolen $lstolen")
@@ -366,8 +376,7 @@ if [ "$FIXED" = 1 ]; then
 					"$port" "$WORK/body-$body.json" >"$WORK/targets-$name-$body.txt"
 				log "fixed rate, round $round/$ROUNDS: vegeta $name $body ($rate req/s, $DURATION, at most $CONNS connections)"
 				res="$WORK/vegeta-$name-$br-$round"
-				read -r busy0 steal0 total0 < <(cpu_ticks "$SERVER_CPUS")
-				read -r _ lsteal0 ltotal0 < <(cpu_ticks "$LOAD_CPUS")
+				snap=$(cpu_snapshot)
 				"${LOAD[@]}" "$VEGETA" attack -targets "$WORK/targets-$name-$body.txt" -rate "$rate/1s" -duration "$DURATION" \
 					-max-connections "$CONNS" -http2=false -timeout 30s >"$res.bin"
 				"$VEGETA" report -type json "$res.bin" >"$res.json"
@@ -375,11 +384,8 @@ if [ "$FIXED" = 1 ]; then
 				line=$(jq -r --arg n "$name" --arg b "$br" \
 					'"\($n) \($b) \(.throughput | floor) \(.latencies["50th"] / 1e6) \(.latencies["90th"] / 1e6) \(.latencies["99th"] / 1e6) \(.requests - (.status_codes["200"] // 0))"' \
 					"$res.json")
-				read -r busy1 steal1 total1 < <(cpu_ticks "$SERVER_CPUS")
-				read -r _ lsteal1 ltotal1 < <(cpu_ticks "$LOAD_CPUS")
-				stolen=$(share $((steal1 - steal0)) $((total1 - total0)))
-				lstolen=$(share $((lsteal1 - lsteal0)) $((ltotal1 - ltotal0)))
-				log "  $line (server CPUs $(share $((busy1 - busy0)) $((total1 - total0)))% busy, ${stolen}% stolen; load CPUs ${lstolen}% stolen)"
+				read -r busy stolen lstolen < <(cpu_shares "$snap" "$(cpu_snapshot)")
+				log "  $line (server CPUs ${busy}% busy, ${stolen}% stolen; load CPUs ${lstolen}% stolen)"
 				ALLFIXED+=("$line")
 				STEAL+=("fixed $name $br $round $stolen $lstolen")
 			done
