@@ -158,54 +158,6 @@ NGINX_WORKERS=$(count_cpus "$SERVER_CPUS")
 log "$PINNING"
 
 # --- processes -------------------------------------------------------------
-# quiet_rounds QUIET: reads "S phase name body round server% load%" (the
-# steal of each loaded run), "R name body req/s p50 p99 errors" (the
-# saturation runs) and "F name body@rate req/s p50 p90 p99 errors" (the
-# fixed-rate runs), each kind in round order, and prints the targets'
-# figures over the rounds in which both runs compared had at most QUIET
-# percent stolen on both CPU sets.
-quiet_rounds() {
-	awk -v q="$1" '
-		# median of the numbers in the space-separated list s
-		function median(s,   a, n, i, j, t) {
-			n = split(s, a, " ")
-			for (i = 2; i <= n; i++)
-				for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-			return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-		}
-		$1 == "S" { quiet[$2, $3, $4, $5] = ($6 + 0 <= q && $7 + 0 <= q) }
-		$1 == "R" { r = ++nr[$2, $3]; rps[$2, $3, r] = $4 }
-		$1 == "F" { r = ++nf[$2, $3]; p99[$2, $3, r] = $7; if (!($3 in seen)) { seen[$3] = 1; brs[nb++] = $3 } }
-		END {
-			printf "quiet rounds (at most %s%% of the server and the load CPUs stolen during both runs compared):\n", q
-			for (b = 1; b <= 2; b++) {
-				body = (b == 1) ? "1KB" : "220KB"
-				list = ""; k = 0
-				for (r = 1; r <= nr["gateway", body]; r++)
-					if (quiet["saturation", "gateway", body, r] && quiet["saturation", "nginx", body, r] && rps["nginx", body, r] > 0) {
-						list = list sprintf(" %.3f", rps["gateway", body, r] / rps["nginx", body, r]); k++
-					}
-				if (k == 0) { printf "%s saturated, gateway/nginx req/s: no quiet round of %d\n", body, nr["gateway", body]; continue }
-				m = median(list)
-				printf "%s saturated, gateway/nginx req/s in quiet rounds:%s (%d of %d); median %.3f (target >= 0.5: %s)\n",
-					body, list, k, nr["gateway", body], m, (m >= 0.5 ? "met" : "NOT met")
-			}
-			for (j = 0; j < nb; j++) {
-				br = brs[j]
-				if (br !~ /^220KB@/) continue
-				list = ""; k = 0
-				for (r = 1; r <= nf["gateway", br]; r++)
-					if (quiet["fixed", "gateway", br, r] && quiet["fixed", "direct", br, r]) {
-						list = list sprintf(" %+.3f", p99["gateway", br, r] - p99["direct", br, r]); k++
-					}
-				if (k == 0) { printf "%s req/s fixed rate, gateway p99 - direct p99: no quiet round of %d\n", br, nf["gateway", br]; continue }
-				m = median(list)
-				printf "%s req/s fixed rate, gateway p99 - direct p99 in quiet rounds (ms):%s (%d of %d); median %+.3f (target <= 5: %s)\n",
-					br, list, k, nf["gateway", br], m, (m <= 5 ? "met" : "NOT met")
-			}
-		}'
-}
-
 wait_port() {
 	for _ in $(seq 1 200); do
 		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
@@ -569,6 +521,54 @@ printf '%s\n' "${STEAL[@]}" | awk '
 		}
 		print line " every round is in the log"
 	}'
+# quiet_rounds QUIET: reads "S phase name body round server% load%" (the
+# steal of each loaded run), "R name body req/s p50 p99 errors" (the
+# saturation runs) and "F name body@rate req/s p50 p90 p99 errors" (the
+# fixed-rate runs), each kind in round order, and prints the targets'
+# figures over the rounds in which both runs compared had at most QUIET
+# percent stolen on both CPU sets.
+quiet_rounds() {
+	awk -v q="$1" '
+		# median of the numbers in the space-separated list s
+		function median(s,   a, n, i, j, t) {
+			n = split(s, a, " ")
+			for (i = 2; i <= n; i++)
+				for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+			return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+		}
+		$1 == "S" { quiet[$2, $3, $4, $5] = ($6 + 0 <= q && $7 + 0 <= q) }
+		$1 == "R" { r = ++nr[$2, $3]; rps[$2, $3, r] = $4 }
+		$1 == "F" { r = ++nf[$2, $3]; p99[$2, $3, r] = $7; if (!($3 in seen)) { seen[$3] = 1; brs[nb++] = $3 } }
+		END {
+			printf "quiet rounds (at most %s%% of the server and the load CPUs stolen during both runs compared):\n", q
+			for (b = 1; b <= 2; b++) {
+				body = (b == 1) ? "1KB" : "220KB"
+				list = ""; k = 0
+				for (r = 1; r <= nr["gateway", body]; r++)
+					if (quiet["saturation", "gateway", body, r] && quiet["saturation", "nginx", body, r] && rps["nginx", body, r] > 0) {
+						list = list sprintf(" %.3f", rps["gateway", body, r] / rps["nginx", body, r]); k++
+					}
+				if (k == 0) { printf "%s saturated, gateway/nginx req/s: no quiet round of %d\n", body, nr["gateway", body]; continue }
+				m = median(list)
+				printf "%s saturated, gateway/nginx req/s in quiet rounds:%s (%d of %d); median %.3f (target >= 0.5: %s)\n",
+					body, list, k, nr["gateway", body], m, (m >= 0.5 ? "met" : "NOT met")
+			}
+			for (j = 0; j < nb; j++) {
+				br = brs[j]
+				if (br !~ /^220KB@/) continue
+				list = ""; k = 0
+				for (r = 1; r <= nf["gateway", br]; r++)
+					if (quiet["fixed", "gateway", br, r] && quiet["fixed", "direct", br, r]) {
+						list = list sprintf(" %+.3f", p99["gateway", br, r] - p99["direct", br, r]); k++
+					}
+				if (k == 0) { printf "%s req/s fixed rate, gateway p99 - direct p99: no quiet round of %d\n", br, nf["gateway", br]; continue }
+				m = median(list)
+				printf "%s req/s fixed rate, gateway p99 - direct p99 in quiet rounds (ms):%s (%d of %d); median %+.3f (target <= 5: %s)\n",
+					br, list, k, nf["gateway", br], m, (m <= 5 ? "met" : "NOT met")
+			}
+		}'
+}
+
 # The targets again, from the quiet rounds only: those in which at most
 # QUIET percent of both the server and the load CPUs' time was stolen
 # during each of the two runs compared (gateway and nginx at saturation,
