@@ -19,10 +19,12 @@
 // Every successful Pick returns a Result whose Done must be called exactly
 // once with the outcome. Done releases the in-flight accounting that keeps
 // a burst from piling onto one endpoint between scrapes, marks endpoints
-// down on connect errors and up on success, and feeds the outcome to the
-// prefix index and the latency predictor (any signals.Observer). The
-// Result's Fallbacks and Breakdown live in pooled scratch space and are
-// valid until Done; this is what keeps a pick to one allocation.
+// down on connect errors and up on success (unless the endpoint failed
+// after the request was picked: see signals.Endpoint.HealthMark), and feeds
+// the outcome to the prefix index and the latency predictor (any
+// signals.Observer). The Result's Fallbacks and Breakdown live in pooled
+// scratch space and are valid until Done; this is what keeps a pick to one
+// allocation.
 //
 // Time and randomness are injected (WithClock, WithSeed) so that the
 // benchmark simulator drives the real picker in virtual time.

@@ -308,6 +308,7 @@ func (p *Picker) Pick(ctx context.Context, req *signals.Request) (Result, error)
 	p.releaseInput(rec)
 
 	ep := rec.ep
+	rec.mark = ep.HealthMark()
 	rec.tokens = int(float64(req.PromptTokens) * (1 - rec.cached[best]))
 	ep.Dispatch(rec.tokens)
 	ep.StartPrefill(rec.tokens)
@@ -420,6 +421,7 @@ type record struct {
 	cfg    *compiled
 	req    *signals.Request
 	ep     *signals.Endpoint
+	mark   uint64 // ep's HealthMark when it was picked
 	tokens int
 	n      int
 
@@ -468,7 +470,7 @@ func (r *record) finish(gen uint64, info DoneInfo) {
 	case info.ConnectError:
 		ep.ReportConnectError()
 	case info.Err == nil:
-		ep.ReportSuccess()
+		ep.ReportSuccess(r.mark)
 	}
 	for _, o := range p.observers {
 		o.Completed(req, ep, info)

@@ -319,8 +319,38 @@ func TestDoneReportsHealth(t *testing.T) {
 	assert.Equal(t, "b", res.Endpoint.Name, "a connect error takes the endpoint out at once")
 	res.Done(DoneInfo{})
 
-	a.ReportScrape(nil, 3)
+	a.ReportScrape(a.HealthMark(), nil, 3)
 	assert.True(t, a.Healthy(), "a good scrape brings it back")
+}
+
+// TestStaleSuccessAfterConnectError: a request picked before another
+// request's connect error to the same endpoint, and finishing well after
+// it, does not bring the endpoint back: its success is older evidence than
+// the failure. One picked after the failure does.
+func TestStaleSuccessAfterConnectError(t *testing.T) {
+	a, b := ep("a", 0, 0, 0), ep("b", 0, 5, 0)
+	p, _ := newPicker(t, loadCfg(Plugin{Name: scorer.ScorerQueue, Weight: 1}), []*signals.Endpoint{a, b})
+	early, err := p.Pick(context.Background(), nil)
+	require.NoError(t, err)
+	require.Equal(t, "a", early.Endpoint.Name)
+	failed, err := p.Pick(context.Background(), nil)
+	require.NoError(t, err)
+	require.Equal(t, "a", failed.Endpoint.Name)
+	failed.Done(DoneInfo{Err: errors.New("connection refused"), ConnectError: true})
+	early.Done(DoneInfo{})
+	assert.False(t, a.Healthy(), "the early request's success predates the connect error")
+
+	res, err := p.Pick(context.Background(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "b", res.Endpoint.Name)
+	res.Done(DoneInfo{})
+
+	b.MarkDown() // a and b down: failing open, the picker tries a again
+	res, err = p.Pick(context.Background(), nil)
+	require.NoError(t, err)
+	require.Equal(t, "a", res.Endpoint.Name)
+	res.Done(DoneInfo{})
+	assert.True(t, a.Healthy(), "a request sent after the failure that succeeds brings it back")
 }
 
 // A cancelled request must still be reported: the caller owns Done.

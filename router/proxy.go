@@ -565,6 +565,7 @@ var errNotSent = errors.New("inferroute router: pick not used by the retry")
 // did not dispatch, and returns its Done: the in-flight counters are
 // released and the endpoint's health updated like the picker's own Done.
 func dispatchDirect(ep *signals.Endpoint, tokens int) func(signals.Outcome) {
+	mark := ep.HealthMark()
 	ep.Dispatch(tokens)
 	var once atomic.Bool
 	return func(o signals.Outcome) {
@@ -576,7 +577,7 @@ func dispatchDirect(ep *signals.Endpoint, tokens int) func(signals.Outcome) {
 		case o.ConnectError:
 			ep.ReportConnectError()
 		case o.Err == nil:
-			ep.ReportSuccess()
+			ep.ReportSuccess(mark)
 		}
 	}
 }

@@ -56,9 +56,9 @@ type Endpoint struct {
 	throughput     atomic.Uint64 // math.Float64bits of tokens per second; 0 = unknown
 	invThroughput  atomic.Uint64 // math.Float64bits of 1/throughput; 0 = unknown
 	generation     atomic.Uint64
-	healthy        atomic.Bool
+	health         atomic.Uint64 // downs<<1 | 1 while healthy; see HealthMark
 	scrapeFailures atomic.Int32
-	_              [24]byte
+	_              [20]byte
 
 	// inFlight and inFlightTokens equal dispatched − completed and
 	// dispatchedTokens − completedTokens: Dispatch and Complete change
@@ -186,7 +186,7 @@ func NewEndpoint(spec EndpointSpec) *Endpoint {
 		spec.Name = spec.Address
 	}
 	ep := &Endpoint{EndpointSpec: spec}
-	ep.healthy.Store(true)
+	ep.health.Store(1)
 	return ep
 }
 
@@ -530,15 +530,27 @@ func hashString(s string) uint64 {
 }
 
 // Healthy reports whether the endpoint may receive traffic.
-func (ep *Endpoint) Healthy() bool { return ep.healthy.Load() }
+func (ep *Endpoint) Healthy() bool { return ep.health.Load()&1 != 0 }
 
-// ReportScrape records the result of one scrape: after threshold consecutive
-// failures the endpoint is marked unhealthy; a success marks it healthy
-// again. A threshold below 1 is treated as 1.
-func (ep *Endpoint) ReportScrape(err error, threshold int) {
+// HealthMark returns a token that orders the evidence about the endpoint's
+// health: it changes whenever the endpoint is marked down. Read it just
+// before sending a probe (a scrape, a request) and hand it back with the
+// probe's success (ReportScrape, ReportSuccess): a success whose probe was
+// sent before a later failure is older evidence than the failure and does
+// not bring the endpoint back. Without the mark, a scrape answered just
+// before a pod died but processed after the router's first connect error
+// to it would put the dead pod back in rotation until the next failure.
+func (ep *Endpoint) HealthMark() uint64 { return ep.health.Load() >> 1 }
+
+// ReportScrape records the result of one scrape, sent when HealthMark
+// returned mark: after threshold consecutive failures the endpoint is
+// marked unhealthy; a success marks it healthy again unless the endpoint
+// was marked down after the scrape was sent. A threshold below 1 is
+// treated as 1.
+func (ep *Endpoint) ReportScrape(mark uint64, err error, threshold int) {
 	if err == nil {
 		ep.scrapeFailures.Store(0)
-		ep.markUp()
+		ep.markUp(mark)
 		return
 	}
 	if int(ep.scrapeFailures.Add(1)) >= max(threshold, 1) {
@@ -548,21 +560,38 @@ func (ep *Endpoint) ReportScrape(err error, threshold int) {
 
 // ReportConnectError marks the endpoint unhealthy at once: a refused or reset
 // connection is proof, not a hint. The next successful scrape or request
-// brings it back.
+// sent after it brings the endpoint back.
 func (ep *Endpoint) ReportConnectError() { ep.MarkDown() }
 
-// ReportSuccess marks the endpoint healthy after a request it served.
-func (ep *Endpoint) ReportSuccess() { ep.markUp() }
+// ReportSuccess marks the endpoint healthy after it served a request sent
+// when HealthMark returned mark, unless it was marked down after that.
+func (ep *Endpoint) ReportSuccess(mark uint64) { ep.markUp(mark) }
 
-// MarkDown marks the endpoint unhealthy. A transition from healthy starts a
-// new generation: whatever was cached there may be gone.
+// MarkDown marks the endpoint unhealthy and advances its HealthMark. A
+// transition from healthy starts a new generation: whatever was cached
+// there may be gone.
 func (ep *Endpoint) MarkDown() {
-	if ep.healthy.CompareAndSwap(true, false) {
-		ep.newGeneration()
+	for {
+		h := ep.health.Load()
+		if ep.health.CompareAndSwap(h, (h>>1+1)<<1) {
+			if h&1 != 0 {
+				ep.newGeneration()
+			}
+			return
+		}
 	}
 }
 
-func (ep *Endpoint) markUp() { ep.healthy.Store(true) }
+// markUp marks the endpoint healthy if it has not been marked down since
+// HealthMark returned mark.
+func (ep *Endpoint) markUp(mark uint64) {
+	for {
+		h := ep.health.Load()
+		if h>>1 != mark || h&1 != 0 || ep.health.CompareAndSwap(h, h|1) {
+			return
+		}
+	}
+}
 
 // MarkRestarted starts a new generation without changing health: the scraper
 // calls it when the server's counters reset, a sign that the process

@@ -3,6 +3,7 @@ package signals_test
 import (
 	"errors"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,22 +178,81 @@ func TestHealth(t *testing.T) {
 	require.True(t, ep.Healthy())
 	g := ep.Generation()
 	boom := errors.New("boom")
-	ep.ReportScrape(boom, 3)
-	ep.ReportScrape(boom, 3)
+	ep.ReportScrape(ep.HealthMark(), boom, 3)
+	ep.ReportScrape(ep.HealthMark(), boom, 3)
 	assert.True(t, ep.Healthy(), "two failures of three")
-	ep.ReportScrape(boom, 3)
+	ep.ReportScrape(ep.HealthMark(), boom, 3)
 	assert.False(t, ep.Healthy())
 	assert.Equal(t, g+1, ep.Generation(), "going down starts a generation")
-	ep.ReportScrape(boom, 3)
+	ep.ReportScrape(ep.HealthMark(), boom, 3)
 	assert.Equal(t, g+1, ep.Generation(), "staying down does not")
-	ep.ReportScrape(nil, 3)
+	ep.ReportScrape(ep.HealthMark(), nil, 3)
 	assert.True(t, ep.Healthy())
 	ep.ReportConnectError()
 	assert.False(t, ep.Healthy(), "a connect error is proof")
-	ep.ReportSuccess()
+	ep.ReportSuccess(ep.HealthMark())
 	assert.True(t, ep.Healthy())
 	ep.MarkRestarted()
 	assert.Equal(t, g+3, ep.Generation())
+}
+
+// TestHealthEvidenceOrder: a success brings an endpoint back only if its
+// probe was sent after the last failure. A scrape answered just before a
+// pod died, or a request that finished then, is reported after the
+// router's connect error to the dead pod and must not put it back in
+// rotation.
+func TestHealthEvidenceOrder(t *testing.T) {
+	ep := signals.NewEndpoint(signals.EndpointSpec{Name: "e"})
+	scrape, request := ep.HealthMark(), ep.HealthMark() // probes sent while up
+	ep.ReportConnectError()
+	require.False(t, ep.Healthy())
+	ep.ReportScrape(scrape, nil, 3)
+	assert.False(t, ep.Healthy(), "a scrape sent before the connect error is older evidence")
+	ep.ReportSuccess(request)
+	assert.False(t, ep.Healthy(), "so is a request sent before it")
+
+	// Failures while down still order the evidence.
+	between := ep.HealthMark()
+	ep.ReportConnectError()
+	ep.ReportSuccess(between)
+	assert.False(t, ep.Healthy(), "a probe sent between two failures predates the second")
+	beforeScrape := ep.HealthMark()
+	ep.ReportScrape(ep.HealthMark(), errors.New("boom"), 1)
+	ep.ReportSuccess(beforeScrape)
+	assert.False(t, ep.Healthy(), "a failed scrape advances the mark too")
+
+	g := ep.Generation()
+	fresh := ep.HealthMark()
+	ep.ReportScrape(fresh, nil, 3)
+	assert.True(t, ep.Healthy(), "a scrape sent after the last failure brings it back")
+	ep.ReportSuccess(fresh)
+	assert.True(t, ep.Healthy())
+	assert.Equal(t, g, ep.Generation(), "coming back does not start a generation")
+}
+
+// TestHealthEvidenceOrderConcurrent races probes against failures: each
+// goroutine reads the mark, fails the endpoint, then reports a success for
+// the probe sent before its own failure. Every success is stale, so none may
+// bring the endpoint back, whatever the interleaving (run under -race).
+func TestHealthEvidenceOrderConcurrent(t *testing.T) {
+	ep := signals.NewEndpoint(signals.EndpointSpec{Name: "e"})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 2000 {
+				mark := ep.HealthMark()
+				ep.MarkDown()
+				ep.ReportSuccess(mark)
+				if ep.Healthy() {
+					t.Error("a stale success brought the endpoint back")
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.False(t, ep.Healthy())
+	assert.Equal(t, uint64(8*2000), ep.HealthMark(), "every MarkDown advances the mark")
 }
 
 func TestThroughput(t *testing.T) {

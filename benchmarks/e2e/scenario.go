@@ -269,8 +269,8 @@ type Kill struct {
 	// LateSuccesses counts successful outcomes reported for the pod
 	// through the picker's Done after its first connect error and before
 	// its restart: requests that finished before the kill but reported
-	// after, which mark the dead endpoint healthy again
-	// (signals.Endpoint.ReportSuccess).
+	// after. They were picked before the failure, so they do not mark the
+	// dead endpoint healthy again (signals.Endpoint.HealthMark).
 	LateSuccesses int
 }
 

@@ -656,7 +656,7 @@ func TestLookupFillAgainstReference(t *testing.T) {
 					ref.stale[ep] = true
 				case op == 11:
 					ep.MarkDown()
-					ep.ReportSuccess()
+					ep.ReportSuccess(ep.HealthMark())
 					ref.stale[ep] = true
 				case op == 12:
 					ix.Forget(ep)
@@ -723,7 +723,7 @@ func TestLookupAfterRestart(t *testing.T) {
 		{"nothing", func(*Index, []*signals.Endpoint) {}, []float64{1, 0.5, 1}},
 		{"restart", func(_ *Index, eps []*signals.Endpoint) { eps[1].MarkRestarted() }, []float64{1, 0, 1}},
 		{"outage", func(_ *Index, eps []*signals.Endpoint) { eps[2].MarkDown() }, []float64{1, 0.5, 0}},
-		{"outage and recovery", func(_ *Index, eps []*signals.Endpoint) { eps[2].MarkDown(); eps[2].ReportSuccess() }, []float64{1, 0.5, 0}},
+		{"outage and recovery", func(_ *Index, eps []*signals.Endpoint) { eps[2].MarkDown(); eps[2].ReportSuccess(eps[2].HealthMark()) }, []float64{1, 0.5, 0}},
 		{"two restarts", func(_ *Index, eps []*signals.Endpoint) { eps[0].MarkRestarted(); eps[1].MarkRestarted() }, []float64{0, 0, 1}},
 		{"restart, then a new dispatch", func(ix *Index, eps []*signals.Endpoint) {
 			eps[0].MarkRestarted()

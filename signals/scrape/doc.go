@@ -33,9 +33,10 @@
 // with a bounded number of scrapes in flight, a per-request timeout, a cap on
 // the bytes read, and exponential backoff while an endpoint keeps failing.
 // After FailureThreshold consecutive failures the endpoint is marked
-// unhealthy; the first good scrape brings it back. Each scrape records its
-// duration and errors, and the age of every endpoint's snapshot is observed,
-// through an OpenTelemetry MeterProvider.
+// unhealthy; the first good scrape sent after the last failure (a scrape's
+// own, or a connect error the router reported) brings it back. Each scrape
+// records its duration and errors, and the age of every endpoint's snapshot
+// is observed, through an OpenTelemetry MeterProvider.
 //
 // Time is read through a signals.Clock and jitter comes from a seeded
 // math/rand/v2 source, so results are reproducible; Scraper.Scrape scrapes one

@@ -539,6 +539,7 @@ func (s *Scraper) scrape(ctx context.Context, t *target) error {
 	defer t.scrapeMu.Unlock()
 
 	baseline := t.ep.Counters()
+	mark := t.ep.HealthMark()
 	sent := s.clock.Now()
 	page, err := s.fetch(ctx, t)
 	if err != nil && ctx.Err() != nil {
@@ -549,7 +550,7 @@ func (s *Scraper) scrape(ctx context.Context, t *target) error {
 	if err == nil {
 		t.ep.SetMetrics(t.snapshot(page, sent, baseline))
 	}
-	t.ep.ReportScrape(err, s.cfg.FailureThreshold)
+	t.ep.ReportScrape(mark, err, s.cfg.FailureThreshold)
 	took := s.clock.Now().Sub(sent)
 
 	s.mu.Lock()

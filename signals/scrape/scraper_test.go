@@ -206,6 +206,37 @@ func TestScrapeFailureAndRecovery(t *testing.T) {
 	assert.NoError(t, st.LastError)
 }
 
+// TestScrapeSentBeforeConnectError: a scrape answered while the router
+// sees its first connect error to the endpoint (a pod dying as it answers)
+// succeeds, publishes its snapshot, but does not bring the endpoint back:
+// it was sent before the failure. The next scrape does.
+func TestScrapeSentBeforeConnectError(t *testing.T) {
+	srv := newPageServer(t, "tgi_queue_size 4\ntgi_batch_current_size 2\n")
+	entered, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	srv.before = func() {
+		if first.CompareAndSwap(false, true) {
+			close(entered)
+			<-release
+		}
+	}
+	ep := signals.NewEndpoint(signals.EndpointSpec{Name: "tgi", Address: srv.addr(), Engine: "tgi"})
+	s := newTestScraper(t, Config{})
+	s.SetEndpoints([]*signals.Endpoint{ep})
+
+	done := make(chan error, 1)
+	go func() { done <- s.Scrape(context.Background(), ep) }()
+	<-entered
+	ep.ReportConnectError()
+	close(release)
+	require.NoError(t, <-done)
+	require.NotNil(t, ep.Metrics(), "the snapshot is still published")
+	assert.False(t, ep.Healthy(), "a scrape sent before the connect error does not undo it")
+
+	require.NoError(t, s.Scrape(context.Background(), ep))
+	assert.True(t, ep.Healthy(), "a scrape sent after it does")
+}
+
 // TestScrapeBadInput: every kind of bad page gives a per-endpoint error with
 // a reason, never a panic or a hang.
 func TestScrapeBadInput(t *testing.T) {
