@@ -308,16 +308,10 @@ func TestDoneTwiceIsANoOp(t *testing.T) {
 func TestDoneReportsHealth(t *testing.T) {
 	a, b := ep("a", 0, 0, 0), ep("b", 0, 5, 0)
 	p, _ := newPicker(t, loadCfg(Plugin{Name: scorer.ScorerQueue, Weight: 1}), []*signals.Endpoint{a, b})
-	res, err := p.Pick(context.Background(), nil)
-	require.NoError(t, err)
-	require.Equal(t, "a", res.Endpoint.Name)
-	res.Done(DoneInfo{Err: errors.New("connection refused"), ConnectError: true})
+	mustPick(t, p, "a").Done(DoneInfo{Err: errors.New("connection refused"), ConnectError: true})
 	assert.False(t, a.Healthy())
 
-	res, err = p.Pick(context.Background(), nil)
-	require.NoError(t, err)
-	assert.Equal(t, "b", res.Endpoint.Name, "a connect error takes the endpoint out at once")
-	res.Done(DoneInfo{})
+	mustPick(t, p, "b").Done(DoneInfo{}) // a connect error takes the endpoint out at once
 
 	a.ReportScrape(a.HealthMark(), nil, 3)
 	assert.True(t, a.Healthy(), "a good scrape brings it back")
@@ -330,27 +324,25 @@ func TestDoneReportsHealth(t *testing.T) {
 func TestStaleSuccessAfterConnectError(t *testing.T) {
 	a, b := ep("a", 0, 0, 0), ep("b", 0, 5, 0)
 	p, _ := newPicker(t, loadCfg(Plugin{Name: scorer.ScorerQueue, Weight: 1}), []*signals.Endpoint{a, b})
-	early, err := p.Pick(context.Background(), nil)
-	require.NoError(t, err)
-	require.Equal(t, "a", early.Endpoint.Name)
-	failed, err := p.Pick(context.Background(), nil)
-	require.NoError(t, err)
-	require.Equal(t, "a", failed.Endpoint.Name)
-	failed.Done(DoneInfo{Err: errors.New("connection refused"), ConnectError: true})
+	early := mustPick(t, p, "a")
+	mustPick(t, p, "a").Done(DoneInfo{Err: errors.New("connection refused"), ConnectError: true})
 	early.Done(DoneInfo{})
 	assert.False(t, a.Healthy(), "the early request's success predates the connect error")
 
-	res, err := p.Pick(context.Background(), nil)
-	require.NoError(t, err)
-	assert.Equal(t, "b", res.Endpoint.Name)
-	res.Done(DoneInfo{})
+	mustPick(t, p, "b").Done(DoneInfo{})
 
 	b.MarkDown() // a and b down: failing open, the picker tries a again
-	res, err = p.Pick(context.Background(), nil)
-	require.NoError(t, err)
-	require.Equal(t, "a", res.Endpoint.Name)
-	res.Done(DoneInfo{})
+	mustPick(t, p, "a").Done(DoneInfo{})
 	assert.True(t, a.Healthy(), "a request sent after the failure that succeeds brings it back")
+}
+
+// mustPick picks for a nil request and requires the endpoint named want.
+func mustPick(t *testing.T, p *Picker, want string) Result {
+	t.Helper()
+	res, err := p.Pick(context.Background(), nil)
+	require.NoError(t, err)
+	require.Equal(t, want, res.Endpoint.Name)
+	return res
 }
 
 // A cancelled request must still be reported: the caller owns Done.
