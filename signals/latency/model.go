@@ -2,6 +2,35 @@ package latency
 
 import "math"
 
+// tiny is the magnitude below which the model's statistics, its
+// coefficients and the predictor's running means are set to zero.
+//
+// Exponential forgetting multiplies a statistic that no longer receives
+// data by λ at every update, so a feature that stops varying (a queue that
+// stays empty, prompts that are all cached) decays into the subnormal
+// range, below 2^-1022, within about 23,000 updates at λ = 0.97, and
+// round-to-nearest then keeps it there: 0.97 × 16·2^-1074 rounds back to
+// 16·2^-1074. x86-64 processors handle subnormal operands and results in
+// microcode, at about a hundred cycles per operation instead of a few
+// (Intel 64 and IA-32 Architectures Optimization Reference Manual, section
+// "Floating-point modes and exceptions", on denormals and the
+// flush-to-zero and denormals-are-zero modes, which Go leaves off); a
+// model in that state updated six to eight times slower
+// (BenchmarkModelUpdateStale), and so did every prediction read from it.
+//
+// 2^-500 is hundreds of orders of magnitude below any statistic or
+// coefficient that affects a prediction, and the product of two values
+// above it is still normal, so the flush changes no prediction.
+const tiny = 0x1p-500
+
+// flush returns v, or 0 when |v| < tiny.
+func flush(v float64) float64 {
+	if math.Abs(v) < tiny {
+		return 0
+	}
+	return v
+}
+
 // maxDim is the largest feature vector a model holds. Fixed-size arrays keep
 // the model free of allocation and of pointer chasing.
 const maxDim = 6
@@ -67,7 +96,11 @@ func (m *model) reset(dim int, lambda, floor float64, reg, prior *[maxDim]float6
 // strengths keep their meaning of "prior samples".
 func (m *model) update(x *[maxDim]float64, y float64) {
 	d, l := m.dim, m.lambda
-	s := max(min(dot(&m.theta, x, d), y), y/4, m.floor)
+	var xs [maxDim]float64 // x without subnormal dust (see tiny)
+	for i := 0; i < d; i++ {
+		xs[i] = flush(x[i])
+	}
+	s := max(min(dot(&m.theta, &xs, d), y), y/4, m.floor)
 	lw := -2 * math.Log(s)
 	if m.n == 0 {
 		m.wMean = lw
@@ -76,10 +109,10 @@ func (m *model) update(x *[maxDim]float64, y float64) {
 	}
 	w := math.Exp(lw - m.wMean)
 	for i := 0; i < d; i++ {
-		m.b[i] = l*m.b[i] + w*x[i]*y
+		m.b[i] = flush(l*m.b[i] + w*xs[i]*y)
 		row := m.a[i*maxDim:]
 		for j := 0; j <= i; j++ {
-			row[j] = l*row[j] + w*x[i]*x[j]
+			row[j] = flush(l*row[j] + w*xs[i]*xs[j])
 		}
 	}
 	m.n = l*m.n + 1
@@ -137,6 +170,7 @@ func (m *model) solve() {
 		if math.IsNaN(t[i]) || math.IsInf(t[i], 0) {
 			return
 		}
+		t[i] = flush(t[i])
 	}
 	m.theta = t
 }

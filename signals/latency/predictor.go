@@ -428,7 +428,7 @@ func (p *Predictor) confidence(st *epState, now time.Time) float64 {
 	if c > 0 && p.cfg.ConfidenceHalfLife > 0 {
 		age := now.UnixNano() - st.lastSample.Load()
 		if age > 0 {
-			c *= math.Exp2(-float64(age) / float64(p.cfg.ConfidenceHalfLife))
+			c = flush(c * math.Exp2(-float64(age)/float64(p.cfg.ConfidenceHalfLife)))
 		}
 	}
 	if st.labelled {
@@ -526,7 +526,7 @@ func (p *Predictor) Dispatched(req *signals.Request, ep *signals.Endpoint) {
 	// noise must stay small).
 	avg := st.avgPrompt.Load()
 	st.prompts = min(st.prompts+1, 100)
-	st.avgPrompt.Store(avg + (u-avg)/st.prompts)
+	st.avgPrompt.Store(flush(avg + (u-avg)/st.prompts)) // no subnormal dust: see tiny
 	st.mu.Unlock()
 	if avg <= 0 {
 		if avg = p.poolPrompt.Load(); avg <= 0 {
@@ -645,18 +645,18 @@ func (p *Predictor) updatePool(speed, prompt float64, useT bool, theta *[maxDim]
 	w := 1 / p.poolN
 	if prompt > 0 {
 		pp := p.poolPrompt.Load()
-		p.poolPrompt.Store(pp + w*(prompt-pp))
+		p.poolPrompt.Store(flush(pp + w*(prompt-pp)))
 	}
 	if useT {
 		norm := normTTFT(theta, speed)
 		for i := 0; i < ttftDim; i++ {
-			p.poolTTFT[i] += w * (norm[i] - p.poolTTFT[i])
+			p.poolTTFT[i] = flush(p.poolTTFT[i] + w*(norm[i]-p.poolTTFT[i]))
 		}
 		p.poolPubT.store(&p.poolTTFT)
 	}
 	if useG {
 		for i := 0; i < tpotDim; i++ {
-			p.poolTPOT[i] += w * (thetaG[i]*speed - p.poolTPOT[i])
+			p.poolTPOT[i] = flush(p.poolTPOT[i] + w*(thetaG[i]*speed-p.poolTPOT[i]))
 		}
 		p.poolPubG.store(&p.poolTPOT)
 	}

@@ -85,3 +85,31 @@ func BenchmarkModelUpdate(b *testing.B) {
 		m.update(&x, 0.5+x[fUncached]*0.25)
 	}
 }
+
+// BenchmarkModelUpdateStale is BenchmarkModelUpdate on a model two of
+// whose features stopped varying long ago: the queue and the KV cache
+// were busy for the first 1000 observations and have read zero since, as
+// on a fleet that has gone quiet, or whose prompts are all cached. Their
+// statistics have been forgotten for 200,000 observations, far past the
+// point (about 23,000 at λ = 0.97) where exponential forgetting would
+// have taken them below the smallest normal float64.
+func BenchmarkModelUpdateStale(b *testing.B) {
+	reg := [maxDim]float64{1, 1, 1, 1, 1, 1}
+	prior := [maxDim]float64{0.05, 0.25, 0.25, 0.002, 0, 0.3}
+	var m model
+	m.reset(ttftDim, 0.97, 1e-3, &reg, &prior)
+	x := [maxDim]float64{1, 1.5, 4, 12, 0.4, 0}
+	for i := 0; i < 201000; i++ {
+		if i == 1000 {
+			x[fQueued], x[fKV] = 0, 0
+		}
+		x[fUncached] = float64(i%4000) / 1000
+		m.update(&x, 0.5+x[fUncached]*0.25)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		x[fUncached] = float64(i%4000) / 1000
+		m.update(&x, 0.5+x[fUncached]*0.25)
+	}
+}

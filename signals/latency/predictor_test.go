@@ -636,3 +636,57 @@ func TestModelKeepsPriorInUnexcitedDirections(t *testing.T) {
 	}
 	assert.InDelta(t, 1, dot(&m.theta, &x, ttftDim), 0.02, "fits the excited direction")
 }
+
+// subnormals lists the values of vs below the smallest normal float64 but
+// not zero, with their names.
+func subnormals(name string, vs ...float64) []string {
+	var out []string
+	for i, v := range vs {
+		if v != 0 && math.Abs(v) < 0x1p-1022 {
+			out = append(out, fmt.Sprintf("%s[%d] = %g", name, i, v))
+		}
+	}
+	return out
+}
+
+// TestPredictorNoSubnormals serves an endpoint whose load stops varying:
+// 1000 requests of random load, then 80,000 whose prompts are all cached
+// on an idle pod (no uncached tokens, no queue, no running batch, an empty
+// KV cache), the state a gateway in front of a quiet or fully cached fleet
+// reaches within seconds. Exponential forgetting would take the features'
+// statistics, the coefficients and the mean prompt size below the smallest
+// normal float64 (after about 23,000 requests for the model, 71,000 for
+// the mean), where every operation on them is several times slower (see
+// tiny); none of the predictor's state may be subnormal, and it must still
+// predict the overhead it observed.
+func TestPredictorNoSubnormals(t *testing.T) {
+	clk := newFakeClock()
+	p := New(Config{Clock: clk, HalfLife: 5 * time.Second})
+	fleet := newSynthFleet(1)
+	s := fleet[0]
+	rng := rand.New(rand.NewPCG(3, 3))
+	trainFleet(p, clk, rng, fleet, 1000)
+	idle := synthLoad{prompt: 1000, cached: 1}
+	for i := 0; i < 80000; i++ {
+		s.serve(p, clk, rng, idle, 0.1)
+	}
+
+	st, ok := p.lookup(s.ep)
+	require.True(t, ok)
+	var bad []string
+	for _, m := range []struct {
+		name string
+		m    *model
+	}{{"ttft", &st.ttft}, {"tpot", &st.tpot}} {
+		bad = append(bad, subnormals(m.name+".a", m.m.a[:]...)...)
+		bad = append(bad, subnormals(m.name+".b", m.m.b[:]...)...)
+		bad = append(bad, subnormals(m.name+".theta", m.m.theta[:]...)...)
+	}
+	bad = append(bad, subnormals("avgPrompt", st.avgPrompt.Load(), p.poolPrompt.Load())...)
+	bad = append(bad, subnormals("pool", append(p.poolTTFT[:], p.poolTPOT[:]...)...)...)
+	assert.Empty(t, bad, "subnormal state after a long idle stretch")
+
+	got := s.predict(p, clk, idle)
+	want := s.truth(idle)
+	assert.InEpsilon(t, want, got, 0.1, "prediction for the idle load: got %.4fs, truth %.4fs", got, want)
+}
