@@ -70,20 +70,32 @@ func BenchmarkUpdate(b *testing.B) {
 	_ = clk
 }
 
-// BenchmarkModelUpdate is the bare model update: one rank-one accumulation
-// and a 6×6 Cholesky solve.
-func BenchmarkModelUpdate(b *testing.B) {
+// benchModel returns the model and the feature vector of the model
+// benchmarks.
+func benchModel() (model, [maxDim]float64) {
 	reg := [maxDim]float64{1, 1, 1, 1, 1, 1}
 	prior := [maxDim]float64{0.05, 0.25, 0.25, 0.002, 0, 0.3}
 	var m model
 	m.reset(ttftDim, 0.97, 1e-3, &reg, &prior)
-	x := [maxDim]float64{1, 1.5, 4, 12, 0.4, 0}
+	return m, [maxDim]float64{1, 1.5, 4, 12, 0.4, 0}
+}
+
+// updateModel folds n observations into m whose prompt size cycles
+// through 0–4000 tokens, the other features as x holds them.
+func updateModel(m *model, x *[maxDim]float64, n int) {
+	for i := 0; i < n; i++ {
+		x[fUncached] = float64(i%4000) / 1000
+		m.update(x, 0.5+x[fUncached]*0.25)
+	}
+}
+
+// BenchmarkModelUpdate is the bare model update: one rank-one accumulation
+// and a 6×6 Cholesky solve.
+func BenchmarkModelUpdate(b *testing.B) {
+	m, x := benchModel()
 	b.ReportAllocs()
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		x[fUncached] = float64(i%4000) / 1000
-		m.update(&x, 0.5+x[fUncached]*0.25)
-	}
+	updateModel(&m, &x, b.N)
 }
 
 // BenchmarkModelUpdateStale is BenchmarkModelUpdate on a model two of
@@ -94,22 +106,11 @@ func BenchmarkModelUpdate(b *testing.B) {
 // point (about 23,000 at λ = 0.97) where exponential forgetting would
 // have taken them below the smallest normal float64.
 func BenchmarkModelUpdateStale(b *testing.B) {
-	reg := [maxDim]float64{1, 1, 1, 1, 1, 1}
-	prior := [maxDim]float64{0.05, 0.25, 0.25, 0.002, 0, 0.3}
-	var m model
-	m.reset(ttftDim, 0.97, 1e-3, &reg, &prior)
-	x := [maxDim]float64{1, 1.5, 4, 12, 0.4, 0}
-	for i := 0; i < 201000; i++ {
-		if i == 1000 {
-			x[fQueued], x[fKV] = 0, 0
-		}
-		x[fUncached] = float64(i%4000) / 1000
-		m.update(&x, 0.5+x[fUncached]*0.25)
-	}
+	m, x := benchModel()
+	updateModel(&m, &x, 1000)
+	x[fQueued], x[fKV] = 0, 0
+	updateModel(&m, &x, 200000)
 	b.ReportAllocs()
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		x[fUncached] = float64(i%4000) / 1000
-		m.update(&x, 0.5+x[fUncached]*0.25)
-	}
+	updateModel(&m, &x, b.N)
 }
