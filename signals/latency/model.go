@@ -6,17 +6,18 @@ import "math"
 // coefficients and the predictor's running means are set to zero.
 //
 // Exponential forgetting multiplies a statistic that no longer receives
-// data by λ at every update, so a feature that stops varying (a queue that
-// stays empty, prompts that are all cached) decays into the subnormal
-// range, below 2^-1022, within about 23,000 updates at λ = 0.97, and
-// round-to-nearest then keeps it there: 0.97 × 16·2^-1074 rounds back to
-// 16·2^-1074. x86-64 processors handle subnormal operands and results in
-// microcode, at about a hundred cycles per operation instead of a few
-// (Intel 64 and IA-32 Architectures Optimization Reference Manual, section
-// "Floating-point modes and exceptions", on denormals and the
-// flush-to-zero and denormals-are-zero modes, which Go leaves off); a
-// model in that state updated six to eight times slower
-// (BenchmarkModelUpdateStale), and so did every prediction read from it.
+// data by λ at every update, so the statistics of a feature that stays
+// zero (a queue that stays empty, prompts that are all cached) decay into
+// the subnormal range, below 2^-1022, within about 23,000 updates at
+// λ = 0.97, and round-to-nearest then keeps them there: 0.97 × 16·2^-1074
+// rounds back to 16·2^-1074. Intel processors, among others, handle
+// subnormal operands and results with a microcode assist of the order of
+// a hundred cycles instead of a few (Intel 64 and IA-32 Architectures
+// Optimization Reference Manual, on floating-point assists for denormals
+// and the flush-to-zero and denormals-are-zero modes that avoid them,
+// which Go leaves off). A model in that state updated six to eight times
+// slower (BenchmarkModelUpdateStale), and so did every prediction read
+// from it.
 //
 // 2^-500 is hundreds of orders of magnitude below any statistic or
 // coefficient that affects a prediction, and the product of two values

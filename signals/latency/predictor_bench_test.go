@@ -99,7 +99,7 @@ func BenchmarkModelUpdate(b *testing.B) {
 }
 
 // BenchmarkModelUpdateStale is BenchmarkModelUpdate on a model two of
-// whose features stopped varying long ago: the queue and the KV cache
+// whose features went to zero long ago: the queue and the KV cache
 // were busy for the first 1000 observations and have read zero since, as
 // on a fleet that has gone quiet, or whose prompts are all cached. Their
 // statistics have been forgotten for 200,000 observations, far past the
