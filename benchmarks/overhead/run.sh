@@ -160,9 +160,8 @@ cpu_shares() {
 # time is not busy time, so the time the hypervisor gives other guests,
 # which lowers requests/s, is not counted in it; steal still raises it
 # somewhat (session 22: nginx 43.1 µs per request with 1% stolen, 50.0
-# with 9%). /proc/stat
-# counts in ticks of 1/CLK_TCK s (10 ms at 100 Hz), so a 10 s round reads
-# to about 0.1% of a saturated CPU.
+# with 9%). /proc/stat counts in ticks of 1/CLK_TCK s (10 ms at 100 Hz),
+# so a 10 s round reads to about 0.1% of a saturated CPU.
 CLK_TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
 # AWK_MEDIAN defines median(s), the median of the numbers in the
 # space-separated list s, for the awk summaries that start with it.
