@@ -18,11 +18,11 @@
 //
 // On the overhead benchmark's second guest (Firecracker, Linux 6.18, 2
 // vCPUs; ../HISTORY.md, session 24) a write that woke the reader took
-// 8.7–9.1 µs with the reader's CPU idle (a function-call interrupt per
-// wake-up) and 11.6 µs with it running an idle-priority task (a
-// rescheduling interrupt), against 0.8–0.9 µs for a write that woke
-// nobody. There, sending the interrupt to the other CPU was the expensive
-// part, whichever kind it was.
+// 8.7–17.5 µs with the reader's CPU idle (median 9.9 µs in ten runs, a
+// function-call interrupt per wake-up) and 11.6 µs in a run with that CPU
+// running an idle-priority task (a rescheduling interrupt), against
+// 0.7–1.1 µs for a write that woke nobody. There, sending the interrupt to
+// the other CPU was the expensive part, whichever kind it was.
 //
 // Usage:
 //
@@ -139,6 +139,8 @@ func parseInterrupts(r io.Reader, cpu int) (fnCall, resched int64, err error) {
 
 // measure runs n round trips between a writer on CPU writer and a reader
 // on CPU reader, which polls when poll is set and sleeps in read otherwise.
+// Each side runs on a thread of its own, locked and pinned, which exits
+// with it: no thread of the process is left with a changed affinity.
 func measure(writer, reader, n int, poll bool) (result, error) {
 	var toReader, toWriter [2]int
 	if err := syscall.Pipe2(toReader[:], syscall.O_CLOEXEC); err != nil {
@@ -149,9 +151,11 @@ func measure(writer, reader, n int, poll bool) (result, error) {
 		syscall.Close(toReader[1])
 		return result{}, err
 	}
-	defer syscall.Close(toWriter[0])
 	if poll {
 		if err := syscall.SetNonblock(toReader[0], true); err != nil {
+			for _, fd := range append(toReader[:], toWriter[:]...) {
+				syscall.Close(fd)
+			}
 			return result{}, err
 		}
 	}
@@ -159,60 +163,99 @@ func measure(writer, reader, n int, poll bool) (result, error) {
 	// The reader echoes every byte until the writer closes its end.
 	readerErr := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // the thread ends with the goroutine
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
 		defer syscall.Close(toReader[0])
 		defer syscall.Close(toWriter[1])
-		if err := pin(reader); err != nil {
-			readerErr <- err
-			return
-		}
-		b := []byte{0}
-		for {
-			k, err := syscall.Read(toReader[0], b)
-			switch {
-			case err == syscall.EAGAIN || err == syscall.EINTR:
-				continue
-			case err != nil:
-				readerErr <- err
-				return
-			case k == 0:
-				readerErr <- nil
-				return
-			}
-			if _, err := syscall.Write(toWriter[1], b); err != nil {
-				readerErr <- err
-				return
-			}
-		}
+		readerErr <- echo(reader, toReader[0], toWriter[1])
 	}()
 
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	r := result{roundTrips: n, fnCall: -1, resched: -1}
-	err := pin(writer)
-	if err == nil {
-		cal0, res0, ierr := interrupts(reader)
-		b := []byte{1}
-		t0 := time.Now()
-		for i := 0; i < n && err == nil; i++ {
-			w0 := time.Now()
-			_, err = syscall.Write(toReader[1], b)
-			r.inWrite += time.Since(w0)
-			if err == nil {
-				_, err = syscall.Read(toWriter[0], b)
-			}
-		}
-		r.elapsed = time.Since(t0)
-		if cal1, res1, err := interrupts(reader); ierr == nil && err == nil {
-			r.fnCall, r.resched = cal1-cal0, res1-res0
-		}
+	type outcome struct {
+		r   result
+		err error
 	}
-	syscall.Close(toReader[1]) // the reader sees end of file and returns
+	writerDone := make(chan outcome, 1)
+	go func() {
+		runtime.LockOSThread() // as above
+		defer syscall.Close(toWriter[0])
+		// Closing its end makes the reader see end of file and return.
+		defer syscall.Close(toReader[1])
+		r, err := send(writer, reader, n, toReader[1], toWriter[0])
+		writerDone <- outcome{r, err}
+	}()
+	w := <-writerDone
 	if rerr := <-readerErr; rerr != nil {
 		// The reader's failure is the cause of the writer's (a closed pipe).
-		return r, fmt.Errorf("reader: %w", rerr)
+		return w.r, fmt.Errorf("reader: %w", rerr)
 	}
-	return r, err
+	return w.r, w.err
+}
+
+// echo pins the calling thread to cpu and writes back every byte read from
+// in to out, until in reaches end of file.
+func echo(cpu, in, out int) error {
+	if err := pin(cpu); err != nil {
+		return err
+	}
+	b := []byte{0}
+	for {
+		k, err := syscall.Read(in, b)
+		switch {
+		case err == syscall.EAGAIN || err == syscall.EINTR:
+			continue // polling, or a signal
+		case err != nil:
+			return err
+		case k == 0:
+			return nil
+		}
+		if err := retry(func() (int, error) { return syscall.Write(out, b) }); err != nil {
+			return err
+		}
+	}
+}
+
+// send pins the calling thread to cpu and runs n round trips, timing its
+// writes, with the interrupts readerCPU received meanwhile.
+func send(cpu, readerCPU, n, out, in int) (result, error) {
+	r := result{roundTrips: n, fnCall: -1, resched: -1}
+	if err := pin(cpu); err != nil {
+		return r, err
+	}
+	cal0, res0, ierr := interrupts(readerCPU)
+	b := []byte{1}
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		w0 := time.Now()
+		err := retry(func() (int, error) { return syscall.Write(out, b) })
+		r.inWrite += time.Since(w0)
+		if err != nil {
+			return r, err
+		}
+		if err := retry(func() (int, error) { return syscall.Read(in, b) }); err != nil {
+			return r, err
+		}
+	}
+	r.elapsed = time.Since(t0)
+	if cal1, res1, err := interrupts(readerCPU); ierr == nil && err == nil {
+		r.fnCall, r.resched = cal1-cal0, res1-res0
+	}
+	return r, nil
+}
+
+// retry calls f again while it fails with EINTR, and turns a call that
+// moved no byte into io.ErrUnexpectedEOF.
+func retry(f func() (int, error)) error {
+	for {
+		k, err := f()
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			return err
+		case k == 0:
+			return io.ErrUnexpectedEOF
+		}
+		return nil
+	}
 }
 
 func main() {
