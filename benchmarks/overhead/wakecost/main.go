@@ -69,9 +69,13 @@ func (r result) String() string {
 	return s
 }
 
+// cpuMask is a CPU set as sched_setaffinity takes it: 1024 CPUs, the
+// kernel's usual cpumask size.
+type cpuMask [16]uint64
+
 // pin binds the calling OS thread to cpu.
 func pin(cpu int) error {
-	var mask [16]uint64 // 1024 CPUs, the kernel's usual cpumask size
+	var mask cpuMask
 	if cpu < 0 || cpu >= len(mask)*64 {
 		return fmt.Errorf("CPU %d out of range", cpu)
 	}
@@ -271,20 +275,16 @@ func main() {
 		fmt.Fprintln(os.Stderr, "wakecost: -n must be positive")
 		os.Exit(2)
 	}
-	var sleeping, polling result
-	for _, m := range []struct {
-		poll bool
-		into *result
-		name string
-	}{{false, &sleeping, "reader sleeping"}, {true, &polling, "reader polling"}} {
-		r, err := measure(*writer, *reader, *n, m.poll)
+	var perWrite [2]float64 // the writer's mean write, reader sleeping then polling
+	for i, name := range []string{"reader sleeping", "reader polling"} {
+		r, err := measure(*writer, *reader, *n, i == 1)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "wakecost: %s: %v\n", m.name, err)
+			fmt.Fprintf(os.Stderr, "wakecost: %s: %v\n", name, err)
 			os.Exit(1)
 		}
-		*m.into = r
-		fmt.Printf("%-16s %v\n", m.name+":", r)
+		perWrite[i] = r.perTrip(r.inWrite)
+		fmt.Printf("%-16s %v\n", name+":", r)
 	}
 	fmt.Printf("a wake-up of the reader on CPU %d costs the writer on CPU %d about %.2f µs per write\n",
-		*reader, *writer, sleeping.perTrip(sleeping.inWrite)-polling.perTrip(polling.inWrite))
+		*reader, *writer, perWrite[0]-perWrite[1])
 }

@@ -17,8 +17,7 @@ import (
 // nothing but still run).
 func testCPUs(t *testing.T) (writer, reader int) {
 	t.Helper()
-	var mask [16]uint64
-	cpus := schedGetaffinity(t, &mask)
+	cpus := schedGetaffinity(t)
 	require.NotEmpty(t, cpus)
 	return cpus[len(cpus)-1], cpus[0]
 }
@@ -66,9 +65,10 @@ TLB:          0          0   TLB shootdowns
 }
 
 // schedGetaffinity returns the CPUs the calling thread may run on.
-func schedGetaffinity(t *testing.T, mask *[16]uint64) []int {
+func schedGetaffinity(t *testing.T) []int {
 	t.Helper()
-	_, _, e := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(*mask), uintptr(unsafe.Pointer(mask)))
+	var mask cpuMask
+	_, _, e := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(mask), uintptr(unsafe.Pointer(&mask)))
 	require.Zero(t, e, "sched_getaffinity: %v", e)
 	var cpus []int
 	for i, w := range mask {
