@@ -583,8 +583,9 @@ printf '%s\n' "${STEAL[@]}" | awk '
 	}'
 # Some hypervisors do not account steal to their guests at all: /proc/stat
 # then reads zero since boot however much the machine's speed changes
-# (session 25's guest: `direct` at 22.4-37.2k requests/s in one hour,
-# with no steal ever recorded). Say so, since every round is then "quiet".
+# (session 25's guest: `direct` at 22.4k and 37.2k requests/s in two
+# rounds of one run, with no steal ever recorded). Say so, since every
+# round is then "quiet".
 if awk '$1 == "cpu" { exit ($9 + 0 > 0) }' /proc/stat; then
 	echo "this machine has recorded no stolen time since it booted (/proc/stat): if it is a virtual machine whose hypervisor does not report steal, the quiet rounds below cannot tell a slowed round from a quiet one"
 fi
