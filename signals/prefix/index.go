@@ -291,15 +291,7 @@ func (ix *Index) Dispatched(req *signals.Request, ep *signals.Endpoint) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	st := ix.stateLocked(ep)
-	ix.positions(len(hs), func(p int) {
-		h := hs[p]
-		if i := st.lru.Find(h); i >= 0 {
-			st.lru.AddPending(i)
-			st.lru.Touch(i)
-			return
-		}
-		ix.insertLocked(st, h, false, 1)
-	})
+	ix.recordLocked(st, hs, false)
 }
 
 // Completed ends req's part in the entries at its blocks on ep. When the
@@ -337,28 +329,107 @@ func (ix *Index) Completed(req *signals.Request, ep *signals.Endpoint, out signa
 		})
 		return
 	}
-	ix.positions(len(hs), func(p int) {
-		h := hs[p]
-		if i := st.lru.Find(h); i >= 0 {
-			st.lru.DropPending(i)
-			st.lru.Confirm(i)
-			st.lru.Touch(i)
+	ix.recordLocked(st, hs, true)
+}
+
+// recordLocked brings the entries at the indexed positions of the prompt
+// hs to the front of st's LRU in prompt order, its first position the most
+// recently used, as if each were touched from the last position to the
+// first. For a dispatch (done false) it counts the request in flight on
+// each entry, inserted unconfirmed when absent; for a successful
+// completion (done true) it counts it out and confirms each entry,
+// inserted confirmed when absent.
+//
+// The result is always that of touching every position, but the touches
+// that would not change the order are skipped. The positions that already
+// lead the LRU in prompt order (the lead: all of them when the endpoint
+// served the same prompt last, the conversation so far when it served the
+// previous turn, the shared system prompt when it served another
+// conversation behind it) stay where they are, found by walking
+// the list from its front without a hash lookup, and the others are moved
+// or inserted right behind the lead, last position first. This gives the
+// same order as touching every position only if no entry of the lead is
+// evicted meanwhile, so the lead is used only when st's capacity is at
+// least twice the prompt's positions: the lead and the entries placed
+// behind it, at most that many, are then never among the oldest entries
+// that inserts evict. Block hashes are chained (signals.Request), so a
+// prompt's positions are distinct; were two equal, the order would differ
+// from the touched one but the list would stay well formed.
+func (ix *Index) recordLocked(st *epState, hs []uint64, done bool) {
+	n := len(hs)
+	s := ix.cfg.Stride
+	m := (n-1)/s + 1 // indexed positions: blocks s-1, 2s-1, … below n-1, and n-1
+	lead, a := 0, -1 // positions in the lead; the slot of its last entry
+	if st.cap >= 2*m {
+		for p := s - 1; ; p += s {
+			p = min(p, n-1)
+			next := st.lru.Newest()
+			if a >= 0 {
+				next = st.lru.Next(a)
+			}
+			if next < 0 || st.lru.Hash(next) != hs[p] {
+				break
+			}
+			if done { // written out: as a method it is over the inlining budget
+				st.lru.DropPending(next)
+				st.lru.Confirm(next)
+			} else {
+				st.lru.AddPending(next)
+			}
+			a = next
+			lead++
+			if p == n-1 {
+				break
+			}
+		}
+	}
+	if lead == m {
+		return
+	}
+	var ah uint64 // the hash of the lead's last entry, whose slot inserts can move
+	if a >= 0 {
+		ah = st.lru.Hash(a)
+	}
+	left := m - lead // the positions behind the lead, the first visited
+	ix.positions(n, func(p int) {
+		if left == 0 {
 			return
 		}
-		ix.insertLocked(st, h, true, 0)
+		left--
+		h := hs[p]
+		if i := st.lru.Find(h); i >= 0 {
+			if done {
+				st.lru.DropPending(i)
+				st.lru.Confirm(i)
+			} else {
+				st.lru.AddPending(i)
+			}
+			st.lru.TouchAfter(i, a)
+			return
+		}
+		pending := 1 // dispatched: in flight
+		if done {
+			pending = 0
+		}
+		i := ix.insertLocked(st, h, done, pending)
+		if a >= 0 && !st.lru.Holds(a, ah) {
+			a = st.lru.Find(ah) // moved by the eviction or the growth
+		}
+		st.lru.TouchAfter(i, a)
 	})
 }
 
 // insertLocked records h, absent from st's LRU, as st's most recently used
 // entry with the given confirmation and in-flight count, evicting its least
-// recently used entry first when st is full.
-func (ix *Index) insertLocked(st *epState, h uint64, confirmed bool, pending int) {
+// recently used entry first when st is full, and returns its slot.
+func (ix *Index) insertLocked(st *epState, h uint64, confirmed bool, pending int) int {
 	if st.lru.Len() >= st.cap {
 		ix.evictLocked(st)
 	}
-	st.lru.Insert(h, confirmed, pending, st.cap)
+	i := st.lru.Insert(h, confirmed, pending, st.cap)
 	ix.addHolder(h, st.slot)
 	ix.entries++
+	return i
 }
 
 // evictLocked removes st's least recently used entry: the endpoint no

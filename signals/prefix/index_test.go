@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 
@@ -975,4 +976,155 @@ func ExampleIndex_Lookup() {
 	m.Fill([]*signals.Endpoint{a, b, c}, out)
 	fmt.Println(out, m.Fraction(b))
 	// Output: [0.75 1 0] 1
+}
+
+// touchRef is the reference for the order an endpoint's entries are in:
+// the plain LRU rule that recordLocked must reproduce, touching every
+// indexed position of a prompt from the last to the first, inserting the
+// absent ones at the front and evicting the oldest when full.
+type touchRef struct {
+	lru *refLRU
+	cap int
+}
+
+// positions returns the indexed positions of an n-block prompt, last first.
+func refPositions(n, stride int) []int {
+	var ps []int
+	for p := stride - 1; p < n-1; p += stride {
+		ps = append(ps, p)
+	}
+	ps = append(ps, n-1)
+	slices.Reverse(ps)
+	return ps
+}
+
+func (r *touchRef) record(blocks []uint64, stride int, confirmed bool, pending int, found func(*refEntry)) {
+	for _, p := range refPositions(len(blocks), stride) {
+		h := blocks[p]
+		if e, ok := r.lru.byH[h]; ok {
+			found(e.Value.(*refEntry))
+			r.lru.order.MoveToFront(e)
+			continue
+		}
+		if r.lru.order.Len() >= r.cap {
+			old := r.lru.order.Back()
+			r.lru.order.Remove(old)
+			delete(r.lru.byH, old.Value.(*refEntry).h)
+		}
+		r.lru.byH[h] = r.lru.order.PushFront(&refEntry{h: h, confirmed: confirmed, pending: pending})
+	}
+}
+
+func (r *touchRef) dispatched(blocks []uint64, stride int) {
+	r.record(blocks, stride, false, 1, func(e *refEntry) { e.pending = min(e.pending+1, maxPending) })
+}
+
+func (r *touchRef) completed(blocks []uint64, stride int, ok bool) {
+	if ok {
+		r.record(blocks, stride, true, 0, func(e *refEntry) {
+			if e.pending > 0 && e.pending < maxPending {
+				e.pending--
+			}
+			e.confirmed = true
+		})
+		return
+	}
+	for _, p := range refPositions(len(blocks), stride) {
+		el, present := r.lru.byH[blocks[p]]
+		if !present {
+			continue
+		}
+		e := el.Value.(*refEntry)
+		if e.pending > 0 && e.pending < maxPending {
+			e.pending--
+		}
+		if e.pending == 0 && !e.confirmed {
+			r.lru.order.Remove(el)
+			delete(r.lru.byH, e.h)
+		}
+	}
+}
+
+// TestRecordOrderAgainstTouchingEveryPosition checks that Dispatched and
+// Completed, which skip the touches that would not change the order (the
+// lead of a prompt already at the front), leave every endpoint's entries
+// in the order, with the confirmations and in-flight counts, that touching
+// every position gives: over conversations that grow turn by turn, share
+// system prompts and repeat, with failures, on endpoints small enough to
+// evict (where the lead is not used) and large enough not to.
+func TestRecordOrderAgainstTouchingEveryPosition(t *testing.T) {
+	tests := []struct{ stride, capacity int }{
+		{1, 1 << 20}, {4, 1 << 20}, {3, 200}, {1, 90}, {4, 100}, {2, 30},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("stride=%d/cap=%d", tc.stride, tc.capacity), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(tc.stride), uint64(tc.capacity)))
+			ix := newIndex(t, IndexConfig{Stride: tc.stride, DefaultCapacity: tc.capacity})
+			eps := newEndpoints(3)
+			refs := map[*signals.Endpoint]*touchRef{}
+			for _, ep := range eps {
+				refs[ep] = &touchRef{lru: newRefLRU(), cap: (tc.capacity + tc.stride - 1) / tc.stride}
+			}
+			systems := [][]uint64{chain(nil, 24, 1), chain(nil, 40, 2)}
+			var convs [][]uint64 // conversations so far; each turn extends one
+			type inflight struct {
+				ep     *signals.Endpoint
+				blocks []uint64
+			}
+			var open []inflight
+			for step := 0; step < 1500; step++ {
+				if len(open) > 0 && rng.IntN(2) == 0 {
+					k := rng.IntN(len(open))
+					f := open[k]
+					open = slices.Delete(open, k, k+1)
+					out := signals.Outcome{}
+					ok := rng.IntN(5) != 0
+					if !ok {
+						out.Err = errors.New("refused")
+					}
+					ix.Completed(&signals.Request{PromptBlocks: f.blocks}, f.ep, out)
+					refs[f.ep].completed(f.blocks, tc.stride, ok)
+				} else {
+					var blocks []uint64
+					switch k := rng.IntN(len(convs) + 2); {
+					case k < len(convs) && rng.IntN(3) == 0: // the same prompt again
+						blocks = convs[k]
+					case k < len(convs) && len(convs[k]) < 72: // the next turn
+						convs[k] = chain(convs[k], 1+rng.IntN(12), uint64(step)+100)
+						blocks = convs[k]
+					case k < len(convs): // long enough: the same prompt
+						blocks = convs[k]
+					default: // a new conversation behind a system prompt
+						sys := systems[rng.IntN(len(systems))]
+						blocks = chain(sys[:1+rng.IntN(len(sys))], rng.IntN(20), uint64(step)+100)
+						convs = append(convs, blocks)
+					}
+					ep := eps[rng.IntN(len(eps))]
+					ix.Dispatched(&signals.Request{PromptBlocks: blocks}, ep)
+					refs[ep].dispatched(blocks, tc.stride)
+					open = append(open, inflight{ep, blocks})
+				}
+				total := 0
+				for _, ep := range eps {
+					ref := refs[ep]
+					total += ref.lru.order.Len()
+					st := ix.eps[ep]
+					if st == nil {
+						require.Zero(t, ref.lru.order.Len(), "step %d", step)
+						continue
+					}
+					var want, got []refEntry
+					for e := ref.lru.order.Front(); e != nil; e = e.Next() {
+						want = append(want, *e.Value.(*refEntry))
+					}
+					st.lru.Each(func(h uint64) {
+						i := st.lru.Find(h)
+						got = append(got, refEntry{h: h, confirmed: st.lru.Confirmed(i), pending: st.lru.Pending(i)})
+					})
+					require.Equal(t, want, got, "step %d, %s: recency order, confirmations, counts", step, ep.Name)
+				}
+				require.Equal(t, total, ix.Stats().Entries, "step %d", step)
+			}
+		})
+	}
 }

@@ -196,6 +196,21 @@ func (t *lruTable) Hash(i int) uint64 { return t.nodes[i].h }
 // table is empty.
 func (t *lruTable) Oldest() int { return t.tail - 1 }
 
+// Holds reports whether slot i holds the entry h: slot numbers change on
+// Insert and Remove, and this tells a caller whether one it kept is still
+// good without a lookup.
+func (t *lruTable) Holds(i int, h uint64) bool {
+	return i < len(t.nodes) && t.nodes[i].used() && t.nodes[i].h == h
+}
+
+// Newest returns the slot of the most recently used entry, or -1 when the
+// table is empty.
+func (t *lruTable) Newest() int { return t.head - 1 }
+
+// Next returns the slot of the entry used just before the one in slot i
+// (its less recently used neighbour), or -1 when i is the oldest.
+func (t *lruTable) Next(i int) int { return t.nodes[i].nextLink() - 1 }
+
 // Touch makes the entry in slot i the most recently used.
 func (t *lruTable) Touch(i int) {
 	if t.head == i+1 {
@@ -205,12 +220,37 @@ func (t *lruTable) Touch(i int) {
 	t.pushFront(i)
 }
 
+// TouchAfter makes the entry in slot i the next less recently used after
+// the one in slot a: between a and a's neighbour. A negative a means the
+// front (Touch); i == a changes nothing.
+func (t *lruTable) TouchAfter(i, a int) {
+	if a < 0 {
+		t.Touch(i)
+		return
+	}
+	if i == a || t.nodes[a].nextLink() == i+1 {
+		return
+	}
+	t.unlink(i)
+	nd, an := &t.nodes[i], &t.nodes[a]
+	n := an.nextLink()
+	nd.setPrev(a + 1)
+	nd.setNext(n)
+	an.setNext(i + 1)
+	if n != 0 {
+		t.nodes[n-1].setPrev(i + 1)
+	} else {
+		t.tail = i + 1
+	}
+}
+
 // Insert adds h, which must not be in the table, as the most recently used
 // entry with the given confirmation and in-flight count (at most
 // maxPending), growing the table when it is full; limit, when positive, is
 // the most entries the table will ever be asked to hold, so that growth
-// does not overshoot it. A table holds at most maxEntries entries.
-func (t *lruTable) Insert(h uint64, confirmed bool, pending, limit int) {
+// does not overshoot it. A table holds at most maxEntries entries. It
+// returns the entry's slot.
+func (t *lruTable) Insert(h uint64, confirmed bool, pending, limit int) int {
 	if (t.n+1)*maxLoadDen > len(t.nodes)*maxLoadNum {
 		if t.n+1 > maxEntries {
 			panic("prefix: lruTable over maxEntries")
@@ -224,6 +264,7 @@ func (t *lruTable) Insert(h uint64, confirmed bool, pending, limit int) {
 	t.nodes[i].setPending(pending)
 	t.pushFront(i)
 	t.n++
+	return i
 }
 
 // Remove deletes the entry in slot i. Other entries may move to other

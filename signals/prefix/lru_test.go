@@ -79,6 +79,16 @@ func TestLRUTableAgainstReference(t *testing.T) {
 				e, present := ref.byH[h]
 				switch k := rng.IntN(10); {
 				case k < 5: // insert, or touch when present
+					if present && rng.IntN(2) == 0 {
+						// Behind another entry (itself: no change).
+						mark := ref.byH[rng.Uint64N(tc.keys)]
+						if mark == nil {
+							mark = ref.order.Back()
+						}
+						ref.order.MoveAfter(e, mark)
+						tb.TouchAfter(tb.Find(h), tb.Find(mark.Value.(*refEntry).h))
+						break
+					}
 					if present {
 						ref.order.MoveToFront(e)
 						tb.Touch(tb.Find(h))
