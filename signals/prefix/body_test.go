@@ -139,6 +139,7 @@ var testConfigs = []HashConfig{
 	{},
 	{BlockBytes: 16, TokenBlock: 4},
 	{BlockBytes: 100, TokenBlock: 8, MaxBlocks: 3, Salt: "s"},
+	{MaxBlocks: 5}, // the cap cutting the 64-byte fast path inside a piece
 }
 
 // checkLegacy compares HashBody and renderBody with the first version of

@@ -101,10 +101,7 @@ func (h *Hasher) HashText(dst []uint64, model, adapter string, text []byte) []ui
 	dst = grow(dst, n)
 	prev := h.seed(domainText, model, adapter)
 	if bs == DefaultBlockBytes {
-		for i := 0; i < n; i++ {
-			prev = hash64(prev, (*[64]byte)(text[i*64:]))
-			dst = append(dst, prev)
-		}
+		dst, _ = hashBlocks64(dst, prev, text[:n*64])
 		return dst
 	}
 	for i := 0; i < n; i++ {
@@ -167,6 +164,12 @@ func (h *Hasher) hashPieces(dst []uint64, model, adapter string, pr *Prompt) []u
 			block(carry)
 			n = 0
 		}
+		if bs == DefaultBlockBytes {
+			k := min(len(p)/64, left) * 64
+			dst, prev = hashBlocks64(dst, prev, p[:k])
+			left -= k / 64
+			p = p[k:]
+		}
 		for len(p) >= bs && left > 0 {
 			block(p[:bs])
 			p = p[bs:]
@@ -214,6 +217,28 @@ func hash64(prev uint64, b *[64]byte) uint64 {
 	d := mum(le64(b[32:])^p3, le64(b[40:])^p2)
 	e := mum(le64(b[48:])^p0, le64(b[56:])^p3)
 	return mum(a^c^d^e^p1, prev^p2^64)
+}
+
+// hashBlocks64 appends to dst the chained hashes of the 64-byte blocks of
+// b, whose length must be a multiple of 64, starting the chain at prev; it
+// returns the extended slice and the last hash (prev when b is empty). Each
+// hash equals hash64 of its block, written out here because hash64 is over
+// the inlining budget: called once per block, it spilled the loop's state
+// to the stack around every call, and this loop is the prompt hashing's
+// hot path. dst must have room for the hashes (grow).
+func hashBlocks64(dst []uint64, prev uint64, b []byte) ([]uint64, uint64) {
+	n := len(dst)
+	out := dst[n : n+len(b)/64]
+	for k := range out {
+		blk := (*[64]byte)(b[k*64:])
+		a := mum(le64(blk[0:])^p1, le64(blk[8:])^p0)
+		c := mum(le64(blk[16:])^p2, le64(blk[24:])^p1)
+		d := mum(le64(blk[32:])^p3, le64(blk[40:])^p2)
+		e := mum(le64(blk[48:])^p0, le64(blk[56:])^p3)
+		prev = mum(a^c^d^e^p1, prev^p2^64)
+		out[k] = prev
+	}
+	return dst[:n+len(out)], prev
 }
 
 // hashBytes hashes a block of any length chained on prev.

@@ -46,6 +46,26 @@ func TestHash64MatchesGeneric(t *testing.T) {
 	}
 }
 
+// TestHashBlocks64MatchesChain checks the hot loop against hash64 applied
+// block by block: same hashes, appended after what dst held, and the last
+// one returned to continue the chain.
+func TestHashBlocks64MatchesChain(t *testing.T) {
+	for _, blocks := range []int{0, 1, 2, 7, 100} {
+		b := text(blocks*64, byte(blocks+3))
+		for _, prev := range []uint64{0, 0xdeadbeef, ^uint64(0)} {
+			want := []uint64{42}
+			h := prev
+			for k := range blocks {
+				h = hash64(h, (*[64]byte)(b[k*64:]))
+				want = append(want, h)
+			}
+			got, last := hashBlocks64(grow([]uint64{42}, blocks), prev, b)
+			assert.Equal(t, want, got, "%d blocks from %#x", blocks, prev)
+			assert.Equal(t, h, last, "%d blocks from %#x", blocks, prev)
+		}
+	}
+}
+
 func TestHashTextBlocks(t *testing.T) {
 	h := NewHasher(HashConfig{})
 	tests := []struct {
