@@ -881,11 +881,7 @@ func (w *legacyTextSink) restart() {
 }
 
 func (w *legacyTextSink) emit(b []byte) {
-	if len(b) == DefaultBlockBytes {
-		w.prev = hash64(w.prev, (*[64]byte)(b))
-	} else {
-		w.prev = hashBytes(w.prev, b)
-	}
+	w.prev = hashBytes(w.prev, b)
 	w.dst = append(w.dst, w.prev)
 	w.left--
 }

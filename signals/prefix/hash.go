@@ -142,11 +142,11 @@ func (h *Hasher) hashPieces(dst []uint64, model, adapter string, pr *Prompt) []u
 	n := 0 // bytes in carry
 	block := func(b []byte) {
 		if bs == DefaultBlockBytes {
-			prev = hash64(prev, (*[64]byte)(b))
+			dst, prev = hashBlocks64(dst, prev, b)
 		} else {
 			prev = hashBytes(prev, b)
+			dst = append(dst, prev)
 		}
-		dst = append(dst, prev)
 		left--
 	}
 	for i := 0; i <= len(pr.segs) && left > 0; i++ {
@@ -209,23 +209,13 @@ func mum(a, b uint64) uint64 {
 
 func le64(p []byte) uint64 { return binary.LittleEndian.Uint64(p) }
 
-// hash64 hashes one 64-byte block chained on prev. It is the hot path of
-// the default configuration and equals hashBytes(prev, b[:]).
-func hash64(prev uint64, b *[64]byte) uint64 {
-	a := mum(le64(b[0:])^p1, le64(b[8:])^p0)
-	c := mum(le64(b[16:])^p2, le64(b[24:])^p1)
-	d := mum(le64(b[32:])^p3, le64(b[40:])^p2)
-	e := mum(le64(b[48:])^p0, le64(b[56:])^p3)
-	return mum(a^c^d^e^p1, prev^p2^64)
-}
-
 // hashBlocks64 appends to dst the chained hashes of the 64-byte blocks of
 // b, whose length must be a multiple of 64, starting the chain at prev; it
 // returns the extended slice and the last hash (prev when b is empty). Each
-// hash equals hash64 of its block, written out here because hash64 is over
-// the inlining budget: called once per block, it spilled the loop's state
-// to the stack around every call, and this loop is the prompt hashing's
-// hot path. dst must have room for the hashes (grow).
+// hash equals hashBytes of its block; the mixing is written out in the loop
+// because a function per block is over the inlining budget and spilled the
+// loop's state to the stack around every call, and this loop is the prompt
+// hashing's hot path. dst must have room for the hashes (grow).
 func hashBlocks64(dst []uint64, prev uint64, b []byte) ([]uint64, uint64) {
 	n := len(dst)
 	out := dst[n : n+len(b)/64]

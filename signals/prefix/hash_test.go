@@ -39,16 +39,9 @@ func TestHashConfigDefaults(t *testing.T) {
 	assert.Equal(t, 131072/16, c.MaxBlocks) // 128K tokens in blocks of 16
 }
 
-func TestHash64MatchesGeneric(t *testing.T) {
-	b := text(64, 7)
-	for _, prev := range []uint64{0, 1, 0xdeadbeef, ^uint64(0)} {
-		assert.Equal(t, hashBytes(prev, b), hash64(prev, (*[64]byte)(b)))
-	}
-}
-
-// TestHashBlocks64MatchesChain checks the hot loop against hash64 applied
-// block by block: same hashes, appended after what dst held, and the last
-// one returned to continue the chain.
+// TestHashBlocks64MatchesChain checks the hot loop against the generic
+// hashBytes applied block by block: same hashes, appended after what dst
+// held, and the last one returned to continue the chain.
 func TestHashBlocks64MatchesChain(t *testing.T) {
 	for _, blocks := range []int{0, 1, 2, 7, 100} {
 		b := text(blocks*64, byte(blocks+3))
@@ -56,7 +49,7 @@ func TestHashBlocks64MatchesChain(t *testing.T) {
 			want := []uint64{42}
 			h := prev
 			for k := range blocks {
-				h = hash64(h, (*[64]byte)(b[k*64:]))
+				h = hashBytes(h, b[k*64:(k+1)*64])
 				want = append(want, h)
 			}
 			got, last := hashBlocks64(grow([]uint64{42}, blocks), prev, b)
