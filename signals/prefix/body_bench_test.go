@@ -34,9 +34,11 @@ func BenchmarkHashBodyVsLegacy(b *testing.B) {
 }
 
 // BenchmarkPromptRead measures Prompt.Read alone, rendering without
-// hashing, on two kinds of body: "chat" (chatBody, the hashing benchmarks'
-// body) and "router" (routerChatBody, the router benchmarks' body, with an
-// escape every 31 bytes).
+// hashing, on four kinds of body: "chat" (chatBody, the hashing benchmarks'
+// body), "router" (routerChatBody, the router benchmarks' body, with an
+// escape every 31 bytes), "prose" (proseChatBody: a newline escape at the
+// end of each paragraph of about 400 bytes) and "plain" (the same text
+// without a single escape, like the overhead benchmark's 220 KB prompt).
 func BenchmarkPromptRead(b *testing.B) {
 	h := NewHasher(HashConfig{MaxBlocks: 1 << 20})
 	type namedBody struct {
@@ -50,6 +52,10 @@ func BenchmarkPromptRead(b *testing.B) {
 	for _, n := range []int{1 << 10, 32 << 10, 220 << 10} {
 		bodies = append(bodies, namedBody{fmt.Sprintf("router/%dKB", n>>10), routerChatBody(n)})
 	}
+	for _, n := range []int{1 << 10, 32 << 10, 220 << 10} {
+		bodies = append(bodies, namedBody{fmt.Sprintf("prose/%dKB", n>>10), proseChatBody(n, `\n\n`)})
+	}
+	bodies = append(bodies, namedBody{"plain/220KB", proseChatBody(220<<10, " ")})
 	for _, c := range bodies {
 		pr := h.NewPrompt()
 		b.Run(c.name, func(b *testing.B) {
@@ -74,4 +80,15 @@ func routerChatBody(size int) []byte {
 	}
 	text := strings.TrimRight(sb.String()[:max(size-200, 0)], `\`)
 	return fmt.Appendf(nil, `{"model":"meta-llama/Llama-3.1-8B-Instruct","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"%s"}],"stream":true,"stream_options":{"include_usage":true},"max_tokens":256,"temperature":0.7,"user":"u-42"}`, text)
+}
+
+// proseChatBody is a chat body whose user message is about size bytes of
+// paragraphs of about 400 bytes, each ending with sep (a JSON fragment: an
+// escape such as \n\n, or a space for text without escapes).
+func proseChatBody(size int, sep string) []byte {
+	sentence := "The model server keeps the prompt's prefix in its cache, so the router sends the next turn to the same replica. "
+	paragraph := strings.Repeat(sentence, 4) + sep
+	text := strings.Repeat(paragraph, size/len(paragraph)+1)[:max(size-200, 0)]
+	text = strings.TrimRight(text, `\`)
+	return fmt.Appendf(nil, `{"model":"meta-llama/Llama-3.1-8B-Instruct","messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"%s"}],"max_tokens":256,"user":"u-42"}`, text)
 }
