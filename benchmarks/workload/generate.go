@@ -149,7 +149,7 @@ type generator struct {
 
 func newGenerator(cfg GenConfig) (*generator, error) {
 	if cfg.N <= 0 {
-		return nil, fmt.Errorf("N = %d, want > 0", cfg.N)
+		return nil, fmt.Errorf("request count N = %d, want > 0", cfg.N)
 	}
 	if cfg.Arrivals == nil {
 		return nil, errors.New("no Arrivals process")

@@ -67,7 +67,7 @@ func run(listen, model, adapters, list, engine, configPath string, scrapeOn bool
 		eps = append(eps, signals.NewEndpoint(signals.EndpointSpec{Name: name, Address: addr, Engine: engine, Model: model}))
 	}
 	if len(eps) == 0 {
-		return errors.New("no endpoints: pass -endpoints host:port,...")
+		return errors.New("no endpoints: pass -endpoints host:port[,host:port]")
 	}
 	data := defaultConfig
 	if configPath != "" {

@@ -145,7 +145,7 @@ func parseEndpoints(list, engine, model string) ([]*signals.Endpoint, error) {
 		eps = append(eps, signals.NewEndpoint(signals.EndpointSpec{Name: name, Address: addr, Engine: engine, Model: model}))
 	}
 	if len(eps) == 0 {
-		return nil, errors.New("no endpoints: pass -endpoints name=host:port,...")
+		return nil, errors.New("no endpoints: pass -endpoints with host:port or name=host:port items, comma-separated")
 	}
 	return eps, nil
 }
