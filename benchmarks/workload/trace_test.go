@@ -39,7 +39,8 @@ func TestLoadMooncakeSyntheticTrace(t *testing.T) {
 	assert.Equal(t, 6, first.OutputTokens)
 	assert.Equal(t, 512, first.BlockTokens)
 	require.Len(t, first.Blocks, 79) // hash_ids 0..78
-	assert.Equal(t, uint64(1)<<56, first.Blocks[0]) // hash_id 0 in the trace's namespace
+	// A block is its hash_id tagged with the Mooncake namespace, 1<<56.
+	assert.Equal(t, uint64(1)<<56, first.Blocks[0])
 	assert.Equal(t, uint64(1)<<56|78, first.Blocks[78])
 	assert.Equal(t, 40*time.Millisecond, w.Requests[2].Arrival)
 
