@@ -48,9 +48,9 @@ const (
 	KeyServed = "x-gateway-destination-endpoint-served"
 )
 
-// Health service names answered SERVING by Health, as in the protocol:
-// liveness, readiness and the ext_proc service itself (plus "", the whole
-// server).
+// HealthServices are the service names that Health answers SERVING, as in
+// the protocol: liveness, readiness and the ext_proc service itself (plus
+// "", the whole server).
 var HealthServices = []string{"", "liveness", "readiness", extprocv3.ExternalProcessor_ServiceDesc.ServiceName}
 
 // Errors reported to the picker's Done.
