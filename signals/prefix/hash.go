@@ -140,13 +140,11 @@ func (h *Hasher) hashPieces(dst []uint64, model, adapter string, pr *Prompt) []u
 	}
 	carry := pr.carry[:bs]
 	n := 0 // bytes in carry
+	// block hashes one block: a carried one, or any when bs is not the
+	// default (whole 64-byte runs go to hashBlocks64 below).
 	block := func(b []byte) {
-		if bs == DefaultBlockBytes {
-			dst, prev = hashBlocks64(dst, prev, b)
-		} else {
-			prev = hashBytes(prev, b)
-			dst = append(dst, prev)
-		}
+		prev = hashBytes(prev, b)
+		dst = append(dst, prev)
 		left--
 	}
 	for i := 0; i <= len(pr.segs) && left > 0; i++ {
