@@ -17,7 +17,8 @@
 #      start) at the same rate for direct, nginx and the gateway, below
 #      each one's saturation (a quarter and half of the lowest saturation
 #      rate of the three by default), so that p99 is the proxy's added time
-#      more than queueing;
+#      more than queueing; and, as a control, nginx and the gateway each at
+#      half of its own 220 KB saturation rate, with direct at that rate;
 #   3. unloaded: wrk with one connection.
 # Pinning: when taskset is present and there are at least 2 CPUs, the load
 # generators run on LOAD_CPUS and every server (backends and proxies) on
@@ -35,7 +36,9 @@
 #              rate of direct, nginx and the gateway for that body;
 #              "0.25 0.5"), RATE_1KB and RATE_220KB (one fixed rate in
 #              req/s for that body instead of LOADS), FIXED=0 to skip the
-#              fixed-rate runs, VEGETA (path of a vegeta binary; default:
+#              fixed-rate runs, OWN=0 to skip the control runs of nginx
+#              and the gateway each at the highest of LOADS times its own
+#              220 KB saturation rate, VEGETA (path of a vegeta binary; default:
 #              built with go install from the Go module proxy), OUT (a
 #              directory to keep the raw outputs and, with PROFILE=1, CPU
 #              profiles of the gateway taken during its first saturation
@@ -52,6 +55,7 @@ ROUNDS=${ROUNDS:-3}
 BASE_PORT=${BASE_PORT:-18100}
 PIN=${PIN:-1}
 FIXED=${FIXED:-1}
+OWN=${OWN:-1}
 LOADS=${LOADS:-0.25 0.5}
 PROFILE=${PROFILE:-0}
 QUIET=${QUIET:-1}
@@ -380,6 +384,35 @@ done
 # is BODY@RATE.
 FIXEDR=()
 RATES=()
+FIXEDCPU=() # "name body@rate round busy% µs/request" of every fixed-rate round
+OWNRATES=() # "name port rate" of the control runs (below)
+OWNFIXED=() # their result lines, as in ALLFIXED
+# vegeta_round NAME PORT BODY RATE ROUND runs one fixed-rate round against
+# NAME on PORT, logs it, records its steal (phase "fixed") and the server
+# CPU it took in FIXEDCPU, and leaves its result line, "name body@rate
+# req/s p50 p90 p99 errors" (milliseconds), in VR_LINE.
+vegeta_round() {
+	local name=$1 port=$2 body=$3 rate=$4 round=$5
+	local br="$body@$rate" res snap snap2 busy stolen lstolen us
+	printf 'POST http://127.0.0.1:%s/v1/chat/completions\nContent-Type: application/json\n@%s\n' \
+		"$port" "$WORK/body-$body.json" >"$WORK/targets-$name-$body.txt"
+	log "fixed rate, round $round/$ROUNDS: vegeta $name $body ($rate req/s, $DURATION, at most $CONNS connections)"
+	res="$WORK/vegeta-$name-$br-$round"
+	snap=$(cpu_snapshot)
+	"${LOAD[@]}" "$VEGETA" attack -targets "$WORK/targets-$name-$body.txt" -rate "$rate/1s" -duration "$DURATION" \
+		-max-connections "$CONNS" -http2=false -timeout 30s >"$res.bin"
+	snap2=$(cpu_snapshot)
+	"$VEGETA" report -type json "$res.bin" >"$res.json"
+	rm -f "$res.bin"
+	VR_LINE=$(jq -r --arg n "$name" --arg b "$br" \
+		'"\($n) \($b) \(.throughput | floor) \(.latencies["50th"] / 1e6) \(.latencies["90th"] / 1e6) \(.latencies["99th"] / 1e6) \(.requests - (.status_codes["200"] // 0))"' \
+		"$res.json")
+	read -r busy stolen lstolen < <(cpu_shares "$snap" "$snap2")
+	us=$(cpu_per_request "$snap" "$snap2" "$(jq -r '.requests' "$res.json")")
+	log "  $VR_LINE (server CPUs ${busy}% busy, ${stolen}% stolen, $us µs per request; load CPUs ${lstolen}% stolen)"
+	STEAL+=("fixed $name $br $round $stolen $lstolen")
+	FIXEDCPU+=("$name $br $round $busy $us")
+}
 if [ "$FIXED" = 1 ]; then
 	for body in 1KB 220KB; do
 		var="RATE_$body"
@@ -395,30 +428,47 @@ if [ "$FIXED" = 1 ]; then
 			RATES+=("$body@$rate")
 		done
 	done
+	# Each proxy at its own rate, a control (OWN=1, the default). The
+	# rates above are the same for every target, fractions of the slowest
+	# one's saturation rate, so at the highest of them the gateway runs
+	# closer to its own limit than nginx does. Each round therefore also
+	# runs nginx and the gateway at the highest of LOADS times its *own*
+	# median 220 KB saturation rate, with `direct` at the same rate (a rate
+	# already among the shared ones is not run again). The summary gives,
+	# by round, what each adds to direct's p99 there and the servers' CPU
+	# per request against the same target's saturated figure. In session
+	# 33, by hand, nginx stayed within 5 ms in eight rounds of eight this
+	# way, its CPU per request the same as saturated, and the gateway did
+	# not in three, its CPU per request up to 1.57 times saturated: a
+	# measure of how much of a miss is the Go runtime's wake-ups rather
+	# than the machine.
+	if [ "$OWN" = 1 ] && [ -z "${RATE_220KB:-}" ]; then
+		top=$(printf '%s\n' $LOADS | sort -g | tail -1)
+		for target in nginx:$NGINX_PORT gateway:$GATEWAY_PORT; do
+			rate=$(printf '%s\n' "${MEDIANS[@]}" | awk -v n="${target%%:*}" -v f="$top" '$1 == n && $2 == "220KB" { printf "%d", $3 * f }')
+			OWNRATES+=("${target%%:*} ${target##*:} $rate")
+		done
+	fi
 	ALLFIXED=()
 	for round in $(seq 1 "$ROUNDS"); do
 		for br in "${RATES[@]}"; do
 			body=${br%%@*}
 			rate=${br##*@}
 			for target in "${FIXED_TARGETS[@]}"; do
-				name=${target%%:*}
-				port=${target##*:}
-				printf 'POST http://127.0.0.1:%s/v1/chat/completions\nContent-Type: application/json\n@%s\n' \
-					"$port" "$WORK/body-$body.json" >"$WORK/targets-$name-$body.txt"
-				log "fixed rate, round $round/$ROUNDS: vegeta $name $body ($rate req/s, $DURATION, at most $CONNS connections)"
-				res="$WORK/vegeta-$name-$br-$round"
-				snap=$(cpu_snapshot)
-				"${LOAD[@]}" "$VEGETA" attack -targets "$WORK/targets-$name-$body.txt" -rate "$rate/1s" -duration "$DURATION" \
-					-max-connections "$CONNS" -http2=false -timeout 30s >"$res.bin"
-				"$VEGETA" report -type json "$res.bin" >"$res.json"
-				rm -f "$res.bin"
-				line=$(jq -r --arg n "$name" --arg b "$br" \
-					'"\($n) \($b) \(.throughput | floor) \(.latencies["50th"] / 1e6) \(.latencies["90th"] / 1e6) \(.latencies["99th"] / 1e6) \(.requests - (.status_codes["200"] // 0))"' \
-					"$res.json")
-				read -r busy stolen lstolen < <(cpu_shares "$snap" "$(cpu_snapshot)")
-				log "  $line (server CPUs ${busy}% busy, ${stolen}% stolen; load CPUs ${lstolen}% stolen)"
-				ALLFIXED+=("$line")
-				STEAL+=("fixed $name $br $round $stolen $lstolen")
+				vegeta_round "${target%%:*}" "${target##*:}" "$body" "$rate" "$round"
+				ALLFIXED+=("$VR_LINE")
+			done
+		done
+		for own in "${OWNRATES[@]}"; do
+			read -r name port rate <<<"$own"
+			done_already=0
+			for br in "${RATES[@]}"; do
+				if [ "$br" = "220KB@$rate" ]; then done_already=1; fi
+			done
+			if [ "$done_already" = 1 ]; then continue; fi
+			for target in "$name:$port" "direct:$DIRECT_PORT"; do
+				vegeta_round "${target%%:*}" "${target##*:}" 220KB "$rate" "$round"
+				OWNFIXED+=("$VR_LINE")
 			done
 		done
 	done
@@ -541,6 +591,35 @@ if [ "$FIXED" = 1 ]; then
 			}
 		}'
 fi
+if [ ${#OWNRATES[@]} -gt 0 ]; then
+	echo
+	echo "each at its own rate (a control; the rates above are the same for all targets): nginx and the gateway at $top of their own 220KB saturation rates, direct at the same rates, by round"
+	{
+		printf 'O %s\n' "${OWNRATES[@]}"
+		printf 'F %s\n' "${ALLFIXED[@]}" "${OWNFIXED[@]}"
+		printf 'C %s\n' "${FIXEDCPU[@]}"
+		printf 'S %s\n' "${SERVERCPU[@]}"
+	} | awk "$AWK_MEDIAN"'
+		$1 == "O" { names[no++] = $2; rate[$2] = $4 }
+		$1 == "F" { r = ++nf[$2, $3]; p99[$2, $3, r] = $7 }
+		$1 == "C" { busy[$2, $3, $4] = $5; us[$2, $3, $4] = $6 }
+		$1 == "S" && $3 == "220KB" { sat[$2] = sat[$2] " " $6 }
+		END {
+			for (i = 0; i < no; i++) {
+				n = names[i]; br = "220KB@" rate[n]; s = median(sat[n])
+				added = ""; ratio = ""; b = ""
+				for (r = 1; r <= nf[n, br] && r <= nf["direct", br]; r++) {
+					added = added sprintf(" %+.3f", p99[n, br, r] - p99["direct", br, r])
+					ratio = ratio sprintf(" %.2f", s > 0 ? us[n, br, r] / s : 0)
+					b = b sprintf(" %d%%", busy[n, br, r])
+				}
+				if (added == "") { printf "220KB %s at %d req/s: no round\n", n, rate[n]; continue }
+				m = median(added)
+				printf "220KB %s at %d req/s: p99 over direct by round (ms):%s; median of the rounds %+.3f (within 5: %s); server CPU per request over its saturated figure (%.1f µs):%s; server CPUs busy:%s\n",
+					n, rate[n], added, m, (m <= 5 ? "yes" : "no"), s, ratio, b
+			}
+		}'
+fi
 echo
 echo "unloaded: wrk -t1 -c1 -d$DURATION, one round"
 printf '%s\n' "${UNLOADED[@]}" | awk '
@@ -649,7 +728,11 @@ if [ -n "$OUT" ]; then
 	cp "$WORK"/vegeta-*.json "$OUT"/ 2>/dev/null || true
 	printf '%s\n' "${RESULTS[@]}" >"$OUT/saturation-rounds.txt"
 	printf '%s\n' "${SERVERCPU[@]}" >"$OUT/server-cpu-rounds.txt"
-	if [ "$FIXED" = 1 ]; then printf '%s\n' "${ALLFIXED[@]}" >"$OUT/fixed-rounds.txt"; fi
+	if [ "$FIXED" = 1 ]; then
+		printf '%s\n' "${ALLFIXED[@]}" >"$OUT/fixed-rounds.txt"
+		printf '%s\n' "${FIXEDCPU[@]}" >"$OUT/fixed-cpu-rounds.txt"
+		if [ ${#OWNFIXED[@]} -gt 0 ]; then printf '%s\n' "${OWNFIXED[@]}" >"$OUT/own-rounds.txt"; fi
+	fi
 	cp "$WORK"/gateway-*.pprof "$WORK/gateway" "$OUT"/ 2>/dev/null || true
 	log "raw outputs in $OUT"
 fi
