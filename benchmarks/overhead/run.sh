@@ -385,7 +385,7 @@ done
 FIXEDR=()
 RATES=()
 FIXEDCPU=() # "name body@rate round busy% µs/request" of every fixed-rate round
-OWNRATES=() # "name port rate" of the control runs (below)
+OWNRATES=() # "name port rate shared" of the control runs (below); shared=1 when the rate is one of RATES
 OWNFIXED=() # their result lines, as in ALLFIXED
 # vegeta_round NAME PORT BODY RATE ROUND runs one fixed-rate round against
 # NAME on PORT, logs it, records its steal (phase "fixed") and the server
@@ -446,7 +446,11 @@ if [ "$FIXED" = 1 ]; then
 		top=$(printf '%s\n' $LOADS | sort -g | tail -1)
 		for target in nginx:$NGINX_PORT gateway:$GATEWAY_PORT; do
 			rate=$(printf '%s\n' "${MEDIANS[@]}" | awk -v n="${target%%:*}" -v f="$top" '$1 == n && $2 == "220KB" { printf "%d", $3 * f }')
-			OWNRATES+=("${target%%:*} ${target##*:} $rate")
+			shared=0
+			for br in "${RATES[@]}"; do
+				if [ "$br" = "220KB@$rate" ]; then shared=1; fi
+			done
+			OWNRATES+=("${target%%:*} ${target##*:} $rate $shared")
 		done
 	fi
 	ALLFIXED=()
@@ -460,12 +464,8 @@ if [ "$FIXED" = 1 ]; then
 			done
 		done
 		for own in "${OWNRATES[@]}"; do
-			read -r name port rate <<<"$own"
-			done_already=0
-			for br in "${RATES[@]}"; do
-				if [ "$br" = "220KB@$rate" ]; then done_already=1; fi
-			done
-			if [ "$done_already" = 1 ]; then continue; fi
+			read -r name port rate shared <<<"$own"
+			if [ "$shared" = 1 ]; then continue; fi # its rounds are in ALLFIXED
 			for target in "$name:$port" "direct:$DIRECT_PORT"; do
 				vegeta_round "${target%%:*}" "${target##*:}" 220KB "$rate" "$round"
 				OWNFIXED+=("$VR_LINE")
