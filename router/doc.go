@@ -37,12 +37,17 @@
 // (bounded by Config.MaxRetries), reporting each failed endpoint, and when
 // every endpoint tried failed to connect it asks the picker once more (not
 // when MaxRetries is negative). A stream
-// that breaks off after it began ends with an SSE error event; a client
+// that breaks off after it began ends with an SSE error event; any other
+// body that breaks off is answered 502 when none of it was sent and
+// aborted (the client's connection reset) when some was, so that a client
+// never takes a truncated answer for a whole one. A client
 // that goes away cancels the upstream request (at once, except during an
 // exchange's first 50–100 ms through the built-in client, where it is
 // noticed when that period ends: see below). Hop-by-hop headers and
 // client-supplied routing headers (HeaderDestination and
-// Config.StripHeaders) are removed before picking and forwarding.
+// Config.StripHeaders, whatever the case of their keys) are removed before
+// picking and forwarding; a request that could not be forwarded verbatim
+// (a header or method with control characters) is answered 400.
 //
 // Upstream requests go through a built-in HTTP/1.1 client unless
 // Config.Transport is set: the handler's goroutine writes the request in

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -126,8 +127,10 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		}
 		r2 := r.WithContext(NewContext(r.Context(), d))
 		r2.Header = r.Header.Clone()
-		for _, h := range p.strip {
-			r2.Header.Del(h)
+		for k := range r2.Header {
+			if slices.Contains(p.strip, http.CanonicalHeaderKey(k)) {
+				delete(r2.Header, k)
+			}
 		}
 		if p.cfg.EndpointHeader != "" {
 			r2.Header.Set(p.cfg.EndpointHeader, res.Endpoint.Address)

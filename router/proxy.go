@@ -207,7 +207,7 @@ func NewProxy(t *Table, cfg Config) (*Proxy, error) {
 	default:
 		p.retries = min(cfg.MaxRetries, picker.MaxFallbacks)
 	}
-	p.strip = append(p.strip, HeaderDestination)
+	p.strip = append(p.strip, http.CanonicalHeaderKey(HeaderDestination))
 	for _, h := range cfg.StripHeaders {
 		p.strip = append(p.strip, http.CanonicalHeaderKey(h))
 	}
@@ -317,7 +317,13 @@ func (p *Proxy) serveModels(w http.ResponseWriter) {
 // admit reads and parses the request, routes it and picks an endpoint. On
 // error nothing was dispatched.
 func (p *Proxy) admit(r *http.Request, c *call) (picker.Result, error) {
-	c.hdr = p.cleanHeader(r, c.hdr)
+	if err := checkRequestLine(r); err != nil {
+		return picker.Result{}, err
+	}
+	var err error
+	if c.hdr, err = p.cleanHeader(r, c.hdr); err != nil {
+		return picker.Result{}, err
+	}
 	if err := p.readBody(r, c); err != nil {
 		return picker.Result{}, err
 	}
@@ -325,16 +331,22 @@ func (p *Proxy) admit(r *http.Request, c *call) (picker.Result, error) {
 	// route is known; it is not needed after Prepare.
 	pr := p.prompts.Get().(*prefix.Prompt)
 	defer p.prompts.Put(pr)
-	var err error
-	c.parsed, err = ParseRequestPrompt(r.URL.Path, c.hdr, c.body, p.cfg.Parse, pr)
+	// Health checks and listings (GET, HEAD) take the fallback route
+	// whatever their body, which they should not have: it is forwarded but
+	// not read, so that a malformed one is not an error. Their headers are
+	// still read and checked.
+	bodyless := r.Method == http.MethodGet || r.Method == http.MethodHead
+	parse := c.body
+	if bodyless {
+		parse = nil
+	}
+	c.parsed, err = ParseRequestPrompt(r.URL.Path, c.hdr, parse, p.cfg.Parse, pr)
 	defer func() { c.parsed.prompt = nil }()
 	if err != nil {
 		return picker.Result{}, err
 	}
 	t := p.table.Load()
-	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		// Health checks and listings: never routed by a body, which a GET
-		// should not have.
+	if bodyless {
 		c.route = t.Fallback()
 	} else if c.route, err = t.Route(&c.parsed); err != nil {
 		return picker.Result{}, err
@@ -409,8 +421,17 @@ func isHopHeader(k string) bool {
 // cleanHeader returns the headers to forward: r's headers without the
 // hop-by-hop fields, those named by Connection, and the routing headers a
 // client may not set; with X-Forwarded-For extended and compression off.
-// It fills reuse (cleared first) when not nil.
-func (p *Proxy) cleanHeader(r *http.Request, reuse http.Header) http.Header {
+// It fills reuse (cleared first) when not nil. Keys are matched whatever
+// their case: net/http's server canonicalises them, but a handler in front
+// may have set one by hand.
+//
+// It fails, with an error the client gets as 400, on a field that could not
+// be forwarded verbatim: a name that is not a token or a value with control
+// characters (RFC 9110 section 5), which could split the upstream request.
+// net/http's server refuses such requests itself, so this guards against
+// front ends and handlers that do not; the upstream client relies on it
+// and writes the fields unchecked.
+func (p *Proxy) cleanHeader(r *http.Request, reuse http.Header) (http.Header, error) {
 	out := reuse
 	if out == nil {
 		out = make(http.Header, len(r.Header)+2)
@@ -418,9 +439,22 @@ func (p *Proxy) cleanHeader(r *http.Request, reuse http.Header) http.Header {
 		clear(out)
 	}
 	for k, v := range r.Header {
-		if !isHopHeader(k) {
-			out[k] = v
+		ck := http.CanonicalHeaderKey(k) // k itself, unallocated, when canonical
+		if isHopHeader(ck) || slices.Contains(p.strip, ck) {
+			continue
 		}
+		if !validFieldName(k) {
+			return out, headerErr(k, "is not a valid header field name")
+		}
+		for _, s := range v {
+			if !validFieldValue(s) {
+				return out, headerErr(k, "has a control character in its value")
+			}
+		}
+		if prior, ok := out[ck]; ok { // the same field under another case
+			v = append(slices.Clip(prior), v...)
+		}
+		out[ck] = v
 	}
 	for _, v := range r.Header["Connection"] {
 		for _, f := range strings.Split(v, ",") {
@@ -429,9 +463,6 @@ func (p *Proxy) cleanHeader(r *http.Request, reuse http.Header) http.Header {
 			}
 		}
 	}
-	for _, h := range p.strip {
-		delete(out, h)
-	}
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		if prior := out["X-Forwarded-For"]; len(prior) > 0 {
 			host = strings.Join(prior, ", ") + ", " + host
@@ -439,7 +470,33 @@ func (p *Proxy) cleanHeader(r *http.Request, reuse http.Header) http.Header {
 		out["X-Forwarded-For"] = []string{host}
 	}
 	out["Accept-Encoding"] = identityEncoding
-	return out
+	return out, nil
+}
+
+// headerErr is the 400 for a request header that cannot be forwarded.
+func headerErr(k, what string) error {
+	return &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request",
+		Message: fmt.Sprintf("request header %q %s", k, what)}
+}
+
+// checkRequestLine fails, with an error the client gets as 400, when r's
+// method or query could not be written into an HTTP/1.1 request line as
+// they are: a method that is not a token, or a query with spaces or control
+// characters. (The path is written escaped, so it cannot.) net/http's server
+// never hands a handler such a request; a handler in front of the Proxy
+// could.
+func checkRequestLine(r *http.Request) error {
+	if !validFieldName(r.Method) {
+		return &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request",
+			Message: fmt.Sprintf("request method %q is not a token", r.Method)}
+	}
+	for i := 0; i < len(r.URL.RawQuery); i++ {
+		if c := r.URL.RawQuery[i]; c <= ' ' || c == 0x7f {
+			return &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request",
+				Message: "request query has a space or a control character"}
+		}
+	}
+	return nil
 }
 
 // identityEncoding is the Accept-Encoding of every upstream request; shared,
@@ -712,12 +769,17 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, c *call, resp *h
 	var err error
 	var aborted bool
 	switch {
+	case resp.Body == http.NoBody:
+		// A response that has no body whatever its headers say (to a
+		// HEAD, or a 204 or 304): relayed as it is, with the
+		// Content-Length the upstream declared.
+		w.WriteHeader(status)
 	case ct == eventStream:
 		err = p.streamSSE(w, r, c, fb, resp.StatusCode, &o)
 	case (ct == "application/json" || (len(ct) > 5 && strings.EqualFold(ct[len(ct)-5:], "+json"))) && resp.ContentLength <= p.cfg.MaxResponseBuffer:
-		status, err = p.bufferJSON(w, r, c, fb, resp.StatusCode, &o)
+		status, aborted, err = p.bufferJSON(w, r, c, fb, resp.StatusCode, &o)
 	default:
-		aborted, err = p.copyBody(w, fb, resp.StatusCode)
+		status, aborted, err = p.copyBody(w, r, fb, resp.StatusCode)
 	}
 	if err != nil && o.Err == nil {
 		o.Err = err
@@ -758,8 +820,10 @@ func copyHeader(dst, src http.Header) {
 // bufferJSON reads a JSON response whole (up to MaxResponseBuffer), takes
 // its usage, rewrites its model back to the client's name, and sends it.
 // Nothing reaches the client before the body is complete, so a failure to
-// read it is answered 502 instead of a truncated body.
-func (p *Proxy) bufferJSON(w http.ResponseWriter, r *http.Request, c *call, fb *firstByte, status int, o *signals.Outcome) (int, error) {
+// read it is answered 502 instead of a truncated body. A body too long to
+// hold is sent as far as it was read and streamed on (unrewritten) like
+// copyBody's; it reports aborted when that stream breaks off.
+func (p *Proxy) bufferJSON(w http.ResponseWriter, r *http.Request, c *call, fb *firstByte, status int, o *signals.Outcome) (int, bool, error) {
 	limit := p.cfg.MaxResponseBuffer
 	buf := c.rbuf[:0]
 	var rerr error
@@ -783,26 +847,18 @@ func (p *Proxy) bufferJSON(w http.ResponseWriter, r *http.Request, c *call, fb *
 	c.rbuf = buf
 	h := w.Header()
 	if rerr != nil {
-		for k := range h {
-			delete(h, k)
-		}
-		if r.Context().Err() != nil {
-			return 499, rerr
-		}
-		err := fmt.Errorf("%w: %w", ErrStreamBroken, rerr)
-		WriteError(w, &APIError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_stream_error",
-			Message: "the model server's response broke off: " + rerr.Error()})
-		return http.StatusBadGateway, err
+		status, err := p.brokenBefore(w, r, rerr)
+		return status, false, err
 	}
 	if int64(len(buf)) > limit {
 		// Too long to hold: send what was read and stream the rest.
 		h.Del("Content-Length")
 		w.WriteHeader(status)
 		if _, err := w.Write(buf); err != nil {
-			return status, err
+			return status, false, err
 		}
-		_, err := io.Copy(w, fb)
-		return status, err
+		aborted, err := relay(w, fb)
+		return status, aborted, err
 	}
 	if u, ok := parseUsage(buf); ok {
 		u.apply(o)
@@ -818,7 +874,21 @@ func (p *Proxy) bufferJSON(w http.ResponseWriter, r *http.Request, c *call, fb *
 	}
 	w.WriteHeader(status)
 	_, err := w.Write(out)
-	return status, err
+	return status, false, err
+}
+
+// brokenBefore answers a response whose body broke off (rerr) before any
+// of it was sent: 502 in OpenAI's shape instead of the upstream's headers,
+// or nothing when the client has gone (499). It returns the status and the
+// error to report.
+func (p *Proxy) brokenBefore(w http.ResponseWriter, r *http.Request, rerr error) (int, error) {
+	clear(w.Header())
+	if r.Context().Err() != nil {
+		return 499, rerr
+	}
+	WriteError(w, &APIError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_stream_error",
+		Message: "the model server's response broke off: " + rerr.Error()})
+	return http.StatusBadGateway, fmt.Errorf("%w: %w", ErrStreamBroken, rerr)
 }
 
 // isLength reports whether vs is one Content-Length value equal to n.
@@ -831,18 +901,50 @@ func isLength(vs []string, n int) bool {
 }
 
 // copyBody streams a response of another content type, flushing after each
-// read so that unknown streaming formats are not held back. It reports
-// aborted when the upstream body broke off after bytes were sent.
-func (p *Proxy) copyBody(w http.ResponseWriter, fb *firstByte, status int) (aborted bool, err error) {
+// read so that unknown streaming formats are not held back. The head is
+// sent with the first body byte: a body that breaks off before it is
+// answered 502 (brokenBefore), and one that breaks off after it reports
+// aborted, for the handler to abort the response.
+func (p *Proxy) copyBody(w http.ResponseWriter, r *http.Request, fb *firstByte, status int) (int, bool, error) {
+	bp := copyBufs.Get().(*[32 << 10]byte)
+	defer copyBufs.Put(bp)
+	n, rerr := fb.Read(bp[:])
+	for n == 0 && rerr == nil {
+		n, rerr = fb.Read(bp[:])
+	}
+	if n == 0 && rerr != io.EOF {
+		status, err := p.brokenBefore(w, r, rerr)
+		return status, false, err
+	}
 	w.WriteHeader(status)
+	if n > 0 {
+		if _, werr := w.Write(bp[:n]); werr != nil {
+			return status, false, werr
+		}
+		_ = http.NewResponseController(w).Flush()
+	}
+	if rerr == io.EOF {
+		return status, false, nil
+	}
+	if rerr != nil {
+		return status, true, fmt.Errorf("%w: %w", ErrStreamBroken, rerr)
+	}
+	aborted, err := relay(w, fb)
+	return status, aborted, err
+}
+
+// relay copies the rest of a response body whose head (and perhaps some of
+// it) the client already has, flushing after each read. It reports aborted
+// when the body broke off, which the handler must turn into an aborted
+// response: a truncated body must not look complete.
+func relay(w http.ResponseWriter, fb *firstByte) (aborted bool, err error) {
 	rc := http.NewResponseController(w)
 	bp := copyBufs.Get().(*[32 << 10]byte)
 	defer copyBufs.Put(bp)
-	buf := bp[:]
 	for {
-		n, rerr := fb.Read(buf)
+		n, rerr := fb.Read(bp[:])
 		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
+			if _, werr := w.Write(bp[:n]); werr != nil {
 				return false, werr
 			}
 			_ = rc.Flush()
@@ -851,7 +953,7 @@ func (p *Proxy) copyBody(w http.ResponseWriter, fb *firstByte, status int) (abor
 			return false, nil
 		}
 		if rerr != nil {
-			return fb.seen, fmt.Errorf("%w: %w", ErrStreamBroken, rerr)
+			return true, fmt.Errorf("%w: %w", ErrStreamBroken, rerr)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -357,11 +358,26 @@ func (pc *h1Conn) exchange(t *h1Client, ctx context.Context, req *h1Request) (*h
 		pc.wbuf = b[:0]
 	}
 	if err != nil {
-		pc.unwatch()
+		// A server may answer before it has read the whole request (a 413
+		// for a body over its limit) and close the connection, which cuts
+		// the write: its answer, already in the receive buffer, is what the
+		// client must get, not a connect error. Otherwise the read fails at
+		// once too, the connection being closed or its deadline past.
+		// Not on a reused connection, where what is read may be what a
+		// server sends before it closes an idle one (a 408): there the
+		// write error is a stale connection, and the request is tried on
+		// a new one, where an early answer is taken.
 		if pc.reused {
+			pc.unwatch()
 			return nil, fmt.Errorf("%w: %w", errStaleConn, err)
 		}
-		return nil, err
+		r, rerr := pc.readResponse(req)
+		if rerr != nil {
+			pc.unwatch()
+			return nil, err
+		}
+		r.body.keep = false // the request was not sent whole
+		return pc.started(t, r), nil
 	}
 	r, err := pc.readResponse(req)
 	if err != nil {
@@ -371,12 +387,18 @@ func (pc *h1Conn) exchange(t *h1Client, ctx context.Context, req *h1Request) (*h
 		}
 		return nil, err
 	}
+	return pc.started(t, r), nil
+}
+
+// started hands out a response whose head was read: one without a body is
+// finished at once (its connection back in the pool if it may be reused).
+func (pc *h1Conn) started(t *h1Client, r *h1Response) *http.Response {
 	r.body.t = t
 	if r.body.mode == bodyNone {
 		r.body.finish(nil)
 		r.Body = http.NoBody
 	}
-	return &r.Response, nil
+	return &r.Response
 }
 
 // h1Response is a response with its body, allocated together.
@@ -409,17 +431,13 @@ func appendRequestHead(b []byte, req *h1Request) ([]byte, error) {
 	b = append(b, " HTTP/1.1\r\nHost: "...)
 	b = append(b, req.addr...)
 	b = append(b, "\r\n"...)
+	// The Proxy's cleanHeader checked every field of req.header; the extra
+	// field comes from elsewhere (an endpoint's address) and is checked here.
 	for k, vs := range req.header {
 		if k == "Host" || k == "Content-Length" || (req.extraKey != "" && k == req.extraKey) {
 			continue
 		}
-		if !validFieldName(k) {
-			return b, fmt.Errorf("inferroute router: invalid header field name %q", k)
-		}
 		for _, v := range vs {
-			if !validFieldValue(v) {
-				return b, fmt.Errorf("inferroute router: invalid header field value of %q", k)
-			}
 			b = append(b, k...)
 			b = append(b, ": "...)
 			b = append(b, v...)
@@ -494,8 +512,8 @@ const (
 // readResponse reads the status line and headers of the final response,
 // skipping interim 1xx responses.
 func (pc *h1Conn) readResponse(req *h1Request) (*h1Response, error) {
-	for {
-		resp, err := pc.readHead()
+	for interim := false; ; interim = true {
+		resp, err := pc.readHead(interim)
 		if err != nil {
 			return nil, err
 		}
@@ -505,17 +523,26 @@ func (pc *h1Conn) readResponse(req *h1Request) (*h1Response, error) {
 	}
 }
 
-// readHead reads one status line and header section.
-func (pc *h1Conn) readHead() (*h1Response, error) {
+// readHead reads one status line and header section. An error before its
+// first byte wraps errNoResponse, unless an interim response came before
+// it: then the server has the request, which must not be sent again.
+func (pc *h1Conn) readHead(interim bool) (*h1Response, error) {
 	raw := pc.raw[:0]
 	lines := 0
+	lineStart := 0 // offset in raw of the line being read
 	for {
 		line, err := pc.br.ReadSlice('\n')
-		if err != nil {
-			if err == bufio.ErrBufferFull {
-				return nil, errors.New("inferroute router: response header line too long")
+		if err == bufio.ErrBufferFull {
+			// A line longer than the read buffer: kept and read on. Only
+			// the head as a whole is limited.
+			raw = append(raw, line...)
+			if len(raw) > maxResponseHeaderBytes {
+				return nil, errors.New("inferroute router: response headers too long")
 			}
-			if len(raw) == 0 && len(line) == 0 {
+			continue
+		}
+		if err != nil {
+			if !interim && len(raw) == 0 && len(line) == 0 {
 				return nil, fmt.Errorf("%w: %w", errNoResponse, err)
 			}
 			if err == io.EOF {
@@ -528,9 +555,10 @@ func (pc *h1Conn) readHead() (*h1Response, error) {
 			return nil, errors.New("inferroute router: response headers too long")
 		}
 		lines++
-		if len(line) <= 2 && (line[0] == '\n' || (line[0] == '\r' && len(line) == 2)) {
+		if l := raw[lineStart:]; len(l) <= 2 && (l[0] == '\n' || (l[0] == '\r' && len(l) == 2)) {
 			break
 		}
+		lineStart = len(raw)
 	}
 	if cap(raw) <= 64<<10 {
 		pc.raw = raw
@@ -788,19 +816,17 @@ func (pc *h1Conn) frame(r *h1Response, req *h1Request) error {
 			delete(h, "Content-Length")
 			body.keep = false
 		}
-		last := trimOWS(te[len(te)-1])
-		if i := lastComma(last); i >= 0 {
-			last = trimOWS(last[i+1:])
+		// The Proxy sends no TE field, so a server may apply no transfer
+		// coding but chunked (RFC 9112 section 6.1, and 7.4 on TE): a
+		// body under any other (gzip, chunked) cannot be relayed, the
+		// field that names it being hop-by-hop. Refused, as net/http's
+		// client refuses it.
+		if len(te) != 1 || !equalFold(trimOWS(te[0]), "chunked") {
+			return fmt.Errorf("inferroute router: unsupported transfer coding %q", strings.Join(te, ", "))
 		}
 		resp.TransferEncoding = []string{"chunked"}
-		if equalFold(last, "chunked") {
-			body.mode = bodyChunked
-			body.r = httputil.NewChunkedReader(pc.br)
-			return nil
-		}
-		resp.TransferEncoding = nil
-		body.mode = bodyClose
-		body.keep = false
+		body.mode = bodyChunked
+		body.r = httputil.NewChunkedReader(pc.br)
 		return nil
 	}
 	if cl := h["Content-Length"]; len(cl) > 0 {
@@ -841,15 +867,6 @@ func parseLength(s string) (int64, bool) {
 		n = n*10 + int64(c-'0')
 	}
 	return n, true
-}
-
-func lastComma(s string) int {
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] == ',' {
-			return i
-		}
-	}
-	return -1
 }
 
 // h1Body is a response body. At its end the connection goes back to the
@@ -924,9 +941,9 @@ func (b *h1Body) Read(p []byte) (int, error) {
 
 // skipTrailer reads and discards a chunked message's trailer fields.
 func (b *h1Body) skipTrailer() error {
-	for total := 0; ; {
+	for total, partial := 0, false; ; {
 		line, err := b.pc.br.ReadSlice('\n')
-		if err != nil {
+		if err != nil && err != bufio.ErrBufferFull {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
@@ -936,9 +953,14 @@ func (b *h1Body) skipTrailer() error {
 		if total > maxResponseHeaderBytes {
 			return errors.New("inferroute router: response trailer too long")
 		}
-		if len(line) <= 2 && (line[0] == '\n' || (line[0] == '\r' && len(line) == 2)) {
+		if err == bufio.ErrBufferFull { // a line longer than the buffer
+			partial = true
+			continue
+		}
+		if !partial && len(line) <= 2 && (line[0] == '\n' || (line[0] == '\r' && len(line) == 2)) {
 			return nil
 		}
+		partial = false
 	}
 }
 

@@ -342,30 +342,6 @@ func TestH1ClientWritesRequest(t *testing.T) {
 	assert.Equal(t, int32(1), s.conns.Load(), "one keep-alive connection for every request")
 }
 
-func TestH1ClientRejectsInvalidHeaders(t *testing.T) {
-	tests := []struct {
-		name   string
-		header http.Header
-	}{
-		{"CRLF in a value", http.Header{"X-A": {"a\r\nX-Injected: 1"}}},
-		{"NUL in a value", http.Header{"X-A": {"a\x00"}}},
-		{"space in a name", http.Header{"X A": {"a"}}},
-		{"empty name", http.Header{"": {"a"}}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := newRawServer(t, func(int, *http.Request) (string, bool) {
-				return "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false
-			})
-			req := postTo(s.addr(), "{}")
-			req.header = tt.header
-			_, err := newH1Client().do(context.Background(), req)
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), "invalid header field")
-		})
-	}
-}
-
 func TestH1ClientRetriesStaleConnection(t *testing.T) {
 	// The server answers once per connection and closes it without saying
 	// so, like a server whose keep-alive timeout passed while the
