@@ -124,15 +124,16 @@ type Parsed struct {
 	// JSON reports whether the body was parsed as a JSON object. False for
 	// empty and non-JSON bodies, which carry no model.
 	JSON bool
-	// Model is the body's "model" string; "" when absent.
+	// Model is the body's "model" string; "" when absent or null.
 	Model string
 	// Stream is the body's "stream" flag.
 	Stream bool
 	// IncludeUsage is stream_options.include_usage: the last SSE chunk will
 	// carry token usage.
 	IncludeUsage bool
-	// MaxOutputTokens is max_completion_tokens, max_tokens or
-	// max_output_tokens, whichever is present; 0 if none.
+	// MaxOutputTokens is max_completion_tokens, else max_tokens, else
+	// max_output_tokens, whichever is present and not null first in that
+	// order; 0 if none.
 	MaxOutputTokens int
 	// SessionKey is the session header, else prompt_cache_key, else user,
 	// else safety_identifier; "" if none.
@@ -166,7 +167,9 @@ type Parsed struct {
 // allocating (except for the strings returned), so the cost grows linearly
 // with its size: its structure (objects, arrays, where each string ends,
 // literals), every key and the fields read here are checked and decoded as
-// encoding/json would ("mod\u0065l" is the key model); the escapes and
+// encoding/json would ("mod\u0065l" is the key model; of a repeated key
+// the last value counts; invalid UTF-8 in a string read becomes U+FFFD);
+// the escapes and
 // characters inside the strings it skips and the digits of the numbers it
 // skips are not, which leaves them to the model server's own JSON reader
 // and its 400 (FuzzParseRequest holds it to this).
@@ -202,10 +205,17 @@ func parseRequest(path string, header http.Header, body []byte, opts ParseOption
 	}
 	p.JSON = true
 	var user, cacheKey, safety string
+	// The output limits by key, -1 when absent or null. A repeated key
+	// takes its last value here as everywhere, as encoding/json does.
+	maxCompletion, maxTokens, maxOutput := -1, -1, -1
 	field := func(key []byte, v0, v1 int) error {
 		v := body[v0:v1]
 		switch string(key) {
 		case "model":
+			if string(v) == "null" { // no model, as encoding/json reads it
+				p.Model, p.modelStart, p.modelEnd = "", 0, 0
+				break
+			}
 			m, ok := stringValue(v)
 			if !ok {
 				return fieldErr("model", "a string")
@@ -221,19 +231,23 @@ func parseRequest(path string, header http.Header, body []byte, opts ParseOption
 				return fieldErr("stream", "a boolean")
 			}
 		case "stream_options":
-			if a, b, ok := findField(v, "include_usage"); ok && string(v[a:b]) == "true" {
-				p.IncludeUsage = true
-			}
+			a, b, ok := lastField(v, "include_usage")
+			p.IncludeUsage = ok && string(v[a:b]) == "true"
 		case "max_completion_tokens", "max_tokens", "max_output_tokens":
-			if string(v) == "null" {
-				break
+			n := -1
+			if string(v) != "null" {
+				var ok bool
+				if n, ok = intValue(v); !ok || n < 0 {
+					return fieldErr(string(key), "a non-negative integer")
+				}
 			}
-			n, ok := intValue(v)
-			if !ok || n < 0 {
-				return fieldErr(string(key), "a non-negative integer")
-			}
-			if p.MaxOutputTokens == 0 || string(key) == "max_completion_tokens" {
-				p.MaxOutputTokens = n
+			switch string(key) {
+			case "max_completion_tokens":
+				maxCompletion = n
+			case "max_tokens":
+				maxTokens = n
+			default:
+				maxOutput = n
 			}
 		case "user":
 			user, _ = stringValue(v)
@@ -262,6 +276,14 @@ func parseRequest(path string, header http.Header, body []byte, opts ParseOption
 	}
 	if p.SessionKey == "" {
 		p.SessionKey = firstNonEmpty(cacheKey, user, safety)
+	}
+	// max_completion_tokens replaces the deprecated max_tokens of chat
+	// completions; max_output_tokens is the responses API's.
+	for _, n := range [...]int{maxCompletion, maxTokens, maxOutput} {
+		if n >= 0 {
+			p.MaxOutputTokens = n
+			break
+		}
 	}
 	p.prompt = pr
 	return p, nil

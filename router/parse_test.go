@@ -385,7 +385,10 @@ func TestRewriteModelField(t *testing.T) {
 	tests := []struct{ name, in, want string }{
 		{"chunk", `{"id":"c","model":"served","choices":[{"delta":{"content":"model"}}]}`,
 			`{"id":"c","model":"alias","choices":[{"delta":{"content":"model"}}]}`},
-		{"nested model untouched", `{"response":{"model":"served"}}`, `{"response":{"model":"served"}}`},
+		{"responses stream event", `{"type":"response.completed","response":{"id":"r","model":"served"}}`,
+			`{"type":"response.completed","response":{"id":"r","model":"alias"}}`},
+		{"top-level model first", `{"model":"served","response":{"model":"served"}}`, `{"model":"alias","response":{"model":"served"}}`},
+		{"other nested model untouched", `{"item":{"model":"served"}}`, `{"item":{"model":"served"}}`},
 		{"no model", `{"id":"c"}`, `{"id":"c"}`},
 		{"not JSON", `[DONE]`, `[DONE]`},
 	}

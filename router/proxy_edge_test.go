@@ -20,13 +20,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// rvxChat is a minimal chat completion request for the base model.
-const rvxChat = `{"model":"` + baseModel + `","messages":[{"role":"user","content":"hi"}]}`
+// edgeChat is a minimal chat completion request for the base model.
+const edgeChat = `{"model":"` + baseModel + `","messages":[{"role":"user","content":"hi"}]}`
 
-// rvxRawOnce is a TCP server that reads each request's head with net/http's
+// rawOnce is a TCP server that reads each request's head with net/http's
 // parser and then calls h with the connection and the buffered reader
 // (the request body is not read unless h reads it).
-func rvxRawOnce(t *testing.T, h func(c net.Conn, br *bufio.Reader, r *http.Request)) string {
+func rawOnce(t *testing.T, h func(c net.Conn, br *bufio.Reader, r *http.Request)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -76,7 +76,7 @@ func rvxRawOnce(t *testing.T, h func(c net.Conn, br *bufio.Reader, r *http.Reque
 func TestProxyStripsClientDestinationHeader(t *testing.T) {
 	addr, got := backend(t, jsonHandler(200, []byte(`{}`), nil))
 	e := newEnv(t, Config{}, addr)
-	r := e.post(t, "/v1/chat/completions", rvxChat, http.Header{
+	r := e.post(t, "/v1/chat/completions", edgeChat, http.Header{
 		"X-Gateway-Destination-Endpoint": {"10.66.66.66:8000"},
 	})
 	require.Equal(t, 200, r.StatusCode)
@@ -107,7 +107,7 @@ func TestProxyNonSSEBrokenBeforeFirstByte(t *testing.T) {
 		return "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n", true
 	})
 	e := newEnv(t, Config{}, s.addr())
-	req, err := http.NewRequest(http.MethodPost, e.front.URL+"/v1/chat/completions", strings.NewReader(rvxChat))
+	req, err := http.NewRequest(http.MethodPost, e.front.URL+"/v1/chat/completions", strings.NewReader(edgeChat))
 	require.NoError(t, err)
 	resp, err := e.front.Client().Do(req)
 	if err == nil {
@@ -132,7 +132,7 @@ func TestProxyOversizedChunkedJSONTruncated(t *testing.T) {
 			strconv.FormatInt(int64(len(chunk)), 16) + "\r\n" + chunk + "\r\n", true // no last chunk: broken
 	})
 	e := newEnv(t, Config{MaxResponseBuffer: 1024}, s.addr())
-	req, err := http.NewRequest(http.MethodPost, e.front.URL+"/v1/chat/completions", strings.NewReader(rvxChat))
+	req, err := http.NewRequest(http.MethodPost, e.front.URL+"/v1/chat/completions", strings.NewReader(edgeChat))
 	require.NoError(t, err)
 	resp, err := e.front.Client().Do(req)
 	if err == nil {
@@ -165,7 +165,7 @@ func TestProxyEarlyResponseBeforeBodyRead(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			size := tc.size
-			addr := rvxRawOnce(t, func(c net.Conn, _ *bufio.Reader, _ *http.Request) {
+			addr := rawOnce(t, func(c net.Conn, _ *bufio.Reader, _ *http.Request) {
 				_, _ = io.WriteString(c, "HTTP/1.1 413 Payload Too Large\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: "+
 					strconv.Itoa(len(errBody))+"\r\n\r\n"+errBody)
 				// As net/http's server does for a body it will not read:
@@ -228,7 +228,7 @@ func TestProxyInvalidClientHeaderValue(t *testing.T) {
 		addrs, gots = append(addrs, a), append(gots, g)
 	}
 	e := newEnv(t, Config{}, addrs...)
-	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(rvxChat))
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(edgeChat))
 	req.Header["X-Evil"] = []string{"a\r\nX-Gateway-Destination-Endpoint: 10.6.6.6:1"}
 	w := httptest.NewRecorder()
 	e.proxy.ServeHTTP(w, req)
@@ -279,7 +279,7 @@ func TestProxyResponseConnectionNamedHeaders(t *testing.T) {
 			"Keep-Alive: timeout=5\r\nX-Bar: ok\r\nContent-Length: 2\r\n\r\n{}", false
 	})
 	e := newEnv(t, Config{}, s.addr())
-	r := e.post(t, "/v1/chat/completions", rvxChat, nil)
+	r := e.post(t, "/v1/chat/completions", edgeChat, nil)
 	require.Equal(t, 200, r.StatusCode)
 	assert.Empty(t, r.Header.Get("X-Foo"))
 	assert.Empty(t, r.Header.Get("Keep-Alive"))
@@ -293,7 +293,7 @@ func TestProxyResponseConnectionNamedHeaders(t *testing.T) {
 func TestProxyRequestConnectionNamedHeaders(t *testing.T) {
 	addr, got := backend(t, jsonHandler(200, []byte(`{}`), nil))
 	e := newEnv(t, Config{}, addr)
-	r := e.post(t, "/v1/chat/completions", rvxChat, http.Header{
+	r := e.post(t, "/v1/chat/completions", edgeChat, http.Header{
 		"Connection": {"keep-alive, x-foo", "X-BAZ"},
 		"X-Foo":      {"1"},
 		"X-Baz":      {"2"},
@@ -336,7 +336,7 @@ func TestProxyDoneOncePerPath(t *testing.T) {
 				return tt.raw, tt.close
 			})
 			e := newEnv(t, Config{MaxRetries: -1}, s.addr())
-			req, err := http.NewRequest(http.MethodPost, e.front.URL+"/v1/chat/completions", strings.NewReader(rvxChat))
+			req, err := http.NewRequest(http.MethodPost, e.front.URL+"/v1/chat/completions", strings.NewReader(edgeChat))
 			require.NoError(t, err)
 			resp, err := e.front.Client().Do(req)
 			if err == nil {
@@ -358,7 +358,7 @@ func TestProxyTruncatedJSONIs502(t *testing.T) {
 		return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\":1}", true
 	})
 	e := newEnv(t, Config{MaxRetries: -1}, s.addr())
-	r := e.post(t, "/v1/chat/completions", rvxChat, nil)
+	r := e.post(t, "/v1/chat/completions", edgeChat, nil)
 	requireAPIError(t, r, 502, "upstream_stream_error")
 	o := e.rec.next(t)
 	assert.ErrorIs(t, o.out.Err, ErrStreamBroken)
@@ -528,7 +528,7 @@ func TestProxyLongResponseHeaderLine(t *testing.T) {
 		return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Long: " + long + "\r\nContent-Length: 2\r\n\r\n{}", false
 	})
 	e := newEnv(t, Config{MaxRetries: -1}, s.addr())
-	r := e.post(t, "/v1/chat/completions", rvxChat, nil)
+	r := e.post(t, "/v1/chat/completions", edgeChat, nil)
 	b, _ := io.ReadAll(r.Body)
 	assert.Equal(t, 200, r.StatusCode, "%s", b)
 	assert.Equal(t, len(long), len(r.Header.Get("X-Long")))
@@ -550,7 +550,7 @@ func TestProxyManyResponseHeaders(t *testing.T) {
 	require.Less(t, len(raw), maxResponseHeaderBytes)
 	s := newRawServer(t, func(int, *http.Request) (string, bool) { return raw, false })
 	e := newEnv(t, Config{MaxRetries: -1}, s.addr())
-	r := e.post(t, "/v1/chat/completions", rvxChat, nil)
+	r := e.post(t, "/v1/chat/completions", edgeChat, nil)
 	b, _ := io.ReadAll(r.Body)
 	require.Equal(t, 200, r.StatusCode, "%s", b)
 	assert.Equal(t, "v19999", r.Header.Get("X-H19999"))
@@ -569,7 +569,7 @@ func TestProxyHugeResponseHeadRejected(t *testing.T) {
 	raw := sb.String()
 	s := newRawServer(t, func(int, *http.Request) (string, bool) { return raw, true })
 	e := newEnv(t, Config{MaxRetries: -1}, s.addr())
-	r := e.post(t, "/v1/chat/completions", rvxChat, nil)
+	r := e.post(t, "/v1/chat/completions", edgeChat, nil)
 	assert.Equal(t, 502, r.StatusCode)
 	e.rec.next(t)
 	e.requireIdle(t)
@@ -590,11 +590,11 @@ func TestProxyUnreadErrorBodyNotReused(t *testing.T) {
 	})
 	good, _ := backend(t, jsonHandler(200, []byte(`{"fallback":1}`), nil))
 	e := newEnv(t, Config{}, s.addr(), good)
-	r := e.post(t, "/v1/chat/completions", rvxChat, nil)
+	r := e.post(t, "/v1/chat/completions", edgeChat, nil)
 	b, _ := io.ReadAll(r.Body)
 	assert.Equal(t, `{"fallback":1}`, string(b))
 	e.rec.next(t)
-	r = e.post(t, "/v1/chat/completions", rvxChat, nil)
+	r = e.post(t, "/v1/chat/completions", edgeChat, nil)
 	b, _ = io.ReadAll(r.Body)
 	assert.Equal(t, 200, r.StatusCode)
 	assert.Equal(t, `{"second":1}`, string(b))
@@ -616,7 +616,7 @@ func TestProxyKeepAliveReuseAfterFullRead(t *testing.T) {
 	})
 	e := newEnv(t, Config{}, s.addr())
 	for i := range 6 {
-		r := e.post(t, "/v1/chat/completions", rvxChat, nil)
+		r := e.post(t, "/v1/chat/completions", edgeChat, nil)
 		b, err := io.ReadAll(r.Body)
 		require.NoError(t, err)
 		assert.NotContains(t, string(b), "error", "request %d", i)
@@ -653,7 +653,7 @@ func TestProxyTimeoutOnFallback(t *testing.T) {
 		}
 	})
 	e := newEnv(t, Config{UpstreamTimeout: 50 * time.Millisecond}, bad, slow)
-	r := e.post(t, "/v1/chat/completions", rvxChat, nil)
+	r := e.post(t, "/v1/chat/completions", edgeChat, nil)
 	requireAPIError(t, r, 504, "upstream_timeout")
 	e.rec.next(t)
 	time.Sleep(50 * time.Millisecond)
@@ -684,7 +684,7 @@ func TestProxySSE5xxRetried(t *testing.T) {
 // the second pick also fails: each pick gets exactly one Done.
 func TestProxyRepickDoneOnce(t *testing.T) {
 	e := newEnv(t, Config{}, deadAddr(t), deadAddr(t), deadAddr(t), deadAddr(t))
-	r := e.post(t, "/v1/chat/completions", rvxChat, nil)
+	r := e.post(t, "/v1/chat/completions", edgeChat, nil)
 	requireAPIError(t, r, 502, "upstream_unreachable")
 	time.Sleep(50 * time.Millisecond)
 	assert.LessOrEqual(t, e.rec.count(), 2, "at most two picks")
@@ -715,7 +715,7 @@ func TestProxyRequestTargetInjection(t *testing.T) {
 				cfg.Transport = tr
 			}
 			e := newEnv(t, cfg, addr)
-			req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(rvxChat))
+			req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(edgeChat))
 			if tc.method {
 				req.Method = "POST /v1/chat/completions HTTP/1.1\r\nX-Injected: 1\r\nX-Pad:"
 			} else {
@@ -740,7 +740,7 @@ func TestProxyRetryChain(t *testing.T) {
 	bad, gotBad := backend(t, jsonHandler(500, []byte(`{"error":{"message":"boom"}}`), nil))
 	good, gotGood := backend(t, jsonHandler(200, []byte(`{"usage":{"prompt_tokens":2,"completion_tokens":3}}`), nil))
 	e := newEnv(t, Config{}, deadAddr(t), bad, good)
-	r := e.post(t, "/v1/chat/completions", rvxChat, nil)
+	r := e.post(t, "/v1/chat/completions", edgeChat, nil)
 	b, _ := io.ReadAll(r.Body)
 	require.Equal(t, 200, r.StatusCode, "%s", b)
 	<-gotBad
@@ -777,7 +777,7 @@ func TestProxyUnsupportedTransferCoding(t *testing.T) {
 				return "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n" + head, true
 			})
 			e := newEnv(t, Config{MaxRetries: -1}, s.addr())
-			r := e.post(t, "/v1/chat/completions", rvxChat, nil)
+			r := e.post(t, "/v1/chat/completions", edgeChat, nil)
 			b, err := io.ReadAll(r.Body)
 			require.NoError(t, err)
 			assert.Equal(t, http.StatusBadGateway, r.StatusCode, "body %q", b)
@@ -798,7 +798,7 @@ func TestProxyNoContentJSON(t *testing.T) {
 		return "HTTP/1.1 204 No Content\r\nContent-Type: application/json\r\n\r\n", false
 	})
 	e := newEnv(t, Config{}, s.addr())
-	r := e.post(t, "/v1/chat/completions", rvxChat, nil)
+	r := e.post(t, "/v1/chat/completions", edgeChat, nil)
 	assert.Equal(t, 204, r.StatusCode)
 	assert.Empty(t, r.Header.Values("Content-Length"))
 	o := e.rec.next(t)
@@ -817,7 +817,7 @@ func TestProxyNonSSEBrokenAfterBytes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newRawServer(t, func(int, *http.Request) (string, bool) { return tc.raw, true })
 			e := newEnv(t, Config{}, s.addr())
-			req, err := http.NewRequest(http.MethodPost, e.front.URL+"/v1/chat/completions", strings.NewReader(rvxChat))
+			req, err := http.NewRequest(http.MethodPost, e.front.URL+"/v1/chat/completions", strings.NewReader(edgeChat))
 			require.NoError(t, err)
 			resp, err := e.front.Client().Do(req)
 			if err == nil {
@@ -848,7 +848,7 @@ func TestStripsRoutingHeadersWhateverTheirCase(t *testing.T) {
 	}))
 	for _, key := range []string{HeaderDestination, "X-Gateway-Destination-Endpoint", "X-GATEWAY-DESTINATION-ENDPOINT", "x-tenant-route", "X-Tenant-Route"} {
 		t.Run(key, func(t *testing.T) {
-			req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(rvxChat))
+			req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(edgeChat))
 			req.Header[key] = []string{"10.66.66.66:8000"} // set by hand: not canonicalised
 			req.Header["X-Kept"] = []string{"yes"}
 			w := httptest.NewRecorder()
@@ -861,7 +861,7 @@ func TestStripsRoutingHeadersWhateverTheirCase(t *testing.T) {
 			}
 			assert.Equal(t, "yes", s.header.Get("X-Kept"))
 
-			req = httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(rvxChat))
+			req = httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(edgeChat))
 			req.Header[key] = []string{"10.66.66.66:8000"}
 			w = httptest.NewRecorder()
 			h.ServeHTTP(w, req)
@@ -907,7 +907,7 @@ func TestProxyRejectsUnforwardableRequests(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, via := range []http.Handler{e.proxy, h} {
-				req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(rvxChat))
+				req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(edgeChat))
 				tc.set(req)
 				w := httptest.NewRecorder()
 				via.ServeHTTP(w, req)

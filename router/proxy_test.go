@@ -317,28 +317,40 @@ func TestProxyModelRewrite(t *testing.T) {
 		served = append(served, strings.ReplaceAll(ev, `"model":"sql-lora"`, `"model":"`+baseModel+`"`))
 	}
 	jsonResp := fixture(t, "llm-d-inference-sim/chat-completions.response.json")
+	// The responses API's stream names the model inside each event's
+	// "response" object.
+	var servedResponses []string
+	for _, ev := range sseEvents(fixture(t, "llm-d-inference-sim/responses-stream.response.sse")) {
+		servedResponses = append(servedResponses, strings.ReplaceAll(ev, `"model":"sql-lora"`, `"model":"`+baseModel+`"`))
+	}
+	require.Equal(t, 3, strings.Count(strings.Join(servedResponses, ""), `"model":"`+baseModel+`"`))
 	tests := []struct {
 		name   string
+		path   string
 		body   string
 		h      func(http.ResponseWriter, *http.Request)
 		stream bool
+		models int // "model" fields in a stream
 	}{
-		{"json", `{"model":"llama","messages":[{"role":"user","content":"hi"}]}`, jsonHandler(200, jsonResp, nil), false},
-		{"sse", `{"model":"llama","stream":true,"messages":[{"role":"user","content":"hi"}]}`, sseHandler(served, nil, nil), true},
+		{"json", "/v1/chat/completions", `{"model":"llama","messages":[{"role":"user","content":"hi"}]}`, jsonHandler(200, jsonResp, nil), false, 0},
+		{"sse", "/v1/chat/completions", `{"model":"llama","stream":true,"messages":[{"role":"user","content":"hi"}]}`, sseHandler(served, nil, nil), true, 10},
+		{"responses sse", "/v1/responses", `{"model":"llama","stream":true,"input":"hi"}`, sseHandler(servedResponses, nil, nil), true, 3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			addr, got := backend(t, tc.h)
 			e := newEnv(t, Config{}, addr)
-			r := e.post(t, "/v1/chat/completions", tc.body, nil)
+			r := e.post(t, tc.path, tc.body, nil)
 			require.Equal(t, 200, r.StatusCode)
 			b, err := io.ReadAll(r.Body)
 			require.NoError(t, err)
 			assert.Contains(t, (<-got).body, `"model":"`+baseModel+`"`, "the upstream sees the served name")
 			assert.NotContains(t, string(b), baseModel, "the client never sees the served name")
 			if tc.stream {
-				assert.Equal(t, 10, strings.Count(string(b), `"model":"llama"`), "every chunk is rewritten")
-				assert.True(t, strings.HasSuffix(string(b), "data: [DONE]\n\n"))
+				assert.Equal(t, tc.models, strings.Count(string(b), `"model":"llama"`), "every chunk is rewritten")
+				if tc.path != "/v1/responses" { // whose stream has no [DONE]
+					assert.True(t, strings.HasSuffix(string(b), "data: [DONE]\n\n"))
+				}
 			} else {
 				var v struct{ Model string }
 				require.NoError(t, json.Unmarshal(b, &v))

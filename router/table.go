@@ -60,9 +60,9 @@ type PoolConfig struct {
 	// Models are the served model names of the pool; each routes here
 	// unchanged, with no adapter.
 	Models []string
-	// Adapters maps LoRA adapter names to their base model: a request for
-	// an adapter routes here with signals.Request.Adapter set and
-	// signals.Request.Model the base. The body is sent unchanged (model
+	// Adapters maps LoRA adapter names to their base model, one of Models
+	// when Models lists any: a request for an adapter routes here with
+	// signals.Request.Adapter set and signals.Request.Model the base. The body is sent unchanged (model
 	// servers such as vLLM serve an adapter under its own name).
 	Adapters map[string]string
 	// Aliases maps client-facing names to a model or adapter of this pool;
@@ -99,8 +99,10 @@ type Table struct {
 }
 
 // NewTable builds a table. It fails when no pool is given, a pool has no
-// name or picker, a name is declared twice (also across pools), an alias
-// points outside its pool, or Default/Fallback name an unknown pool.
+// name or picker, a name is declared twice (also across pools), an adapter
+// has no base model or one outside its pool's Models (when it lists any),
+// an alias points outside its pool, or Default/Fallback name an unknown
+// pool.
 func NewTable(cfg TableConfig) (*Table, error) {
 	if len(cfg.Pools) == 0 {
 		return nil, errors.New("router: table needs at least one pool")
@@ -114,7 +116,7 @@ func NewTable(cfg TableConfig) (*Table, error) {
 	if !cfg.Created.IsZero() {
 		created = cfg.Created.Unix()
 	}
-	var list []modelEntry
+	list := []modelEntry{} // "data":[] for a table of no models, not null
 	add := func(name string, rt Route, e modelEntry) error {
 		if name == "" {
 			return fmt.Errorf("router: pool %q: empty model name", rt.Pool.Name)
@@ -148,6 +150,12 @@ func NewTable(cfg TableConfig) (*Table, error) {
 		}
 		for _, a := range sortedKeys(pc.Adapters) {
 			base := pc.Adapters[a]
+			switch {
+			case base == "":
+				return nil, fmt.Errorf("router: pool %q: adapter %q has no base model", pc.Name, a)
+			case len(pc.Models) > 0 && !slices.Contains(pc.Models, base):
+				return nil, fmt.Errorf("router: pool %q: adapter %q has base model %q, which is not a model of the pool", pc.Name, a, base)
+			}
 			parent := base
 			if err := add(a, Route{Pool: pool, Model: base, Adapter: a}, modelEntry{Root: a, Parent: &parent}); err != nil {
 				return nil, err

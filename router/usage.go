@@ -48,11 +48,23 @@ func parseUsage(obj []byte) (usage, bool) {
 }
 
 // rewriteModelField returns obj with the string value of its top-level
-// "model" key replaced by to, or obj itself when it has none (or already
-// says to). A rewritten result is a new slice.
+// "model" key replaced by to, or, when it has none, that of the "model" of
+// its "response" object (the responses API's stream events carry the
+// response there, as parseUsage reads its usage); or obj itself when it has
+// neither (or already says to). A rewritten result is a new slice.
 func rewriteModelField(obj []byte, to string) []byte {
 	v0, v1, ok := findField(obj, "model")
-	if !ok || obj[v0] != '"' {
+	if !ok {
+		r0, r1, ok := findField(obj, "response")
+		if !ok || obj[r0] != '{' {
+			return obj
+		}
+		if v0, v1, ok = findField(obj[r0:r1], "model"); !ok {
+			return obj
+		}
+		v0, v1 = r0+v0, r0+v1
+	}
+	if obj[v0] != '"' {
 		return obj
 	}
 	if cur, ok := stringValue(obj[v0:v1]); ok && cur == to {

@@ -307,6 +307,10 @@ func (pr *Prompt) render(body []byte, field func(key []byte, start, end int) err
 			v := span{v0, s.i}
 			switch string(key) {
 			case "messages":
+				// A repeated key: the last one stands (as encoding/json
+				// and the servers' Python readers take it), so messages
+				// rendered during the scan are rendered again at its end.
+				late = late || (early && msgs.ok())
 				msgs = v
 			case "prompt":
 				prompt = v
@@ -471,7 +475,7 @@ func (pr *Prompt) tokenBatch(v span) error {
 	for first := true; ; first = false {
 		s.ws()
 		start := s.i
-		if !s.skip(0) {
+		if !s.skip(1) {
 			return s.fail()
 		}
 		if s.b[start] != '[' {
@@ -632,7 +636,7 @@ func (pr *Prompt) message() error {
 				contentSpan = span{v0, s.i}
 				direct = true
 			} else {
-				sv, v, ok := pr.value(1)
+				sv, v, ok := pr.value(2) // a message is at depth 1, as skip counts
 				if !ok {
 					return s.fail()
 				}
@@ -755,7 +759,7 @@ func (pr *Prompt) parts(i int) error {
 				return err
 			}
 		default:
-			if !s.skip(2) {
+			if !s.skip(3) {
 				return s.fail()
 			}
 			return failAt(start)
@@ -787,7 +791,7 @@ func (pr *Prompt) part() error {
 			if !ok {
 				return s.fail()
 			}
-			sv, v, ok := pr.value(3)
+			sv, v, ok := pr.value(4) // a part is at depth 3, as skip counts
 			if !ok {
 				return s.fail()
 			}
@@ -993,8 +997,12 @@ func (s *scan) member() (key []byte, ok bool) {
 	key = s.b[start:end]
 	if bytes.IndexByte(key, '\\') >= 0 {
 		// appendString ends at the quote str found: both stop at the first
-		// quote not escaped by an odd run of backslashes.
-		if key, _, ok = appendString(nil, s.b, at); !ok {
+		// quote not escaped by an odd run of backslashes. It is given the
+		// key alone (through its closing quote), because it sizes its
+		// output by what is left of its input: given the whole body, each
+		// escaped key would allocate the rest of the body, and a body of
+		// many such keys would cost time and memory quadratic in its size.
+		if key, _, ok = appendString(nil, s.b[:end+1], at); !ok {
 			s.i = at
 			return nil, false
 		}

@@ -110,6 +110,8 @@ func (st *legacyBodyState) render(body []byte) (int, error) {
 			v := legacySpan{v0, s.i}
 			switch key {
 			case "messages":
+				// A repeated key: the last one stands, as encoding/json takes it.
+				late = late || (early && msgs.ok() && msgs != v)
 				msgs = v
 			case "prompt":
 				prompt = v
