@@ -2,16 +2,22 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/inferroute/inferroute/picker"
 	"github.com/inferroute/inferroute/scorer"
+	"github.com/inferroute/inferroute/signals/scrape"
 )
 
 // Config is the gateway's YAML configuration. Durations are Go duration
@@ -160,13 +166,25 @@ type EndpointConfig struct {
 }
 
 // ParseConfig parses a YAML (or JSON) configuration strictly: unknown
-// fields are errors. It fills the defaults and checks what can be checked
-// without building the pickers.
+// fields, a second document and values that would quietly turn a
+// protection off or never work are errors naming the field (a negative
+// timeout or limit, an endpoint address that is not host:port, an engine
+// without a metric map, an endpoint named or addressed twice in a pool). It
+// fills the defaults and checks what can be checked without building the
+// pickers; the routing table's own checks (models, adapters, aliases, pool
+// names) run in NewGateway.
 func ParseConfig(data []byte) (Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("gateway config: %w", err)
+	}
+	var more any
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		return Config{}, errors.New("gateway config: more than one YAML document")
+	}
+	if err := c.checkLimits(); err != nil {
 		return Config{}, fmt.Errorf("gateway config: %w", err)
 	}
 	c.defaults()
@@ -182,14 +200,92 @@ func ParseConfig(data []byte) (Config, error) {
 	default:
 		return Config{}, fmt.Errorf("gateway config: router.upstreamScheme: %q is neither http nor https", c.Router.UpstreamScheme)
 	}
+	if err := checkHostPort(c.Listen); err != nil {
+		return Config{}, fmt.Errorf("gateway config: listen: %w", err)
+	}
 	for i, p := range c.Pools {
+		names := map[string]int{}
+		addrs := map[string]int{}
 		for j, ep := range p.Endpoints {
-			if ep.Address == "" {
-				return Config{}, fmt.Errorf("gateway config: pools[%d] (%s).endpoints[%d]: address is required", i, p.Name, j)
+			if err := checkEndpoint(ep); err != nil {
+				return Config{}, fmt.Errorf("gateway config: pools[%d] (%s).endpoints[%d].%w", i, p.Name, j, err)
 			}
+			name := cmp.Or(ep.Name, ep.Address)
+			if k, dup := names[name]; dup {
+				return Config{}, fmt.Errorf("gateway config: pools[%d] (%s).endpoints[%d]: name %q is also endpoints[%d]'s", i, p.Name, j, name, k)
+			}
+			if k, dup := addrs[ep.Address]; dup {
+				return Config{}, fmt.Errorf("gateway config: pools[%d] (%s).endpoints[%d]: address %s is also endpoints[%d]'s", i, p.Name, j, ep.Address, k)
+			}
+			names[name], addrs[ep.Address] = j, j
 		}
 	}
 	return c, nil
+}
+
+// checkLimits refuses negative durations and limits, which net/http and
+// the router would take as "none": a negative readHeaderTimeout would turn
+// the slow-loris protection off, a negative drainTimeout cut every stream
+// at shutdown. Zero means the default.
+func (c *Config) checkLimits() error {
+	for _, d := range []struct {
+		name string
+		v    picker.Duration
+	}{
+		{"readHeaderTimeout", c.ReadHeaderTimeout}, {"idleTimeout", c.IdleTimeout}, {"drainTimeout", c.DrainTimeout},
+		{"router.upstreamTimeout", c.Router.UpstreamTimeout},
+		{"scrape.interval", c.Scrape.Interval}, {"scrape.timeout", c.Scrape.Timeout},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("%s: %s is negative (0 means the default)", d.name, time.Duration(d.v))
+		}
+	}
+	if c.Router.MaxBodyBytes < 0 {
+		return fmt.Errorf("router.maxBodyBytes: %d is negative (0 means the default)", c.Router.MaxBodyBytes)
+	}
+	if c.Scrape.FailureThreshold < 0 {
+		return fmt.Errorf("scrape.failureThreshold: %d is negative (0 means the default)", c.Scrape.FailureThreshold)
+	}
+	return nil
+}
+
+// checkEndpoint checks one endpoint's address, engine and metrics URL; its
+// error starts with the field's name.
+func checkEndpoint(ep EndpointConfig) error {
+	if ep.Address == "" {
+		return errors.New("address is required (host:port)")
+	}
+	if err := checkHostPort(ep.Address); err != nil {
+		return fmt.Errorf("address: %w", err)
+	}
+	if ep.Address[0] == ':' {
+		return fmt.Errorf("address: %q has no host", ep.Address)
+	}
+	if ep.Engine != "" {
+		if _, ok := scrape.BuiltinMap(strings.ToLower(ep.Engine)); !ok {
+			return fmt.Errorf("engine: %q is not one of %s", ep.Engine, strings.Join(scrape.BuiltinEngines(), ", "))
+		}
+	}
+	if ep.MetricsURL != "" {
+		u, err := url.Parse(ep.MetricsURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("metricsURL: %q is not an http or https URL", ep.MetricsURL)
+		}
+	}
+	return nil
+}
+
+// checkHostPort reports whether addr is host:port with a numeric port, as
+// net.Dial and net.Listen take it ("" host: every interface).
+func checkHostPort(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", addr)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || (n == 0 && port != "0") {
+		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", addr, port)
+	}
+	return nil
 }
 
 // LoadConfig reads and parses the configuration file at path.

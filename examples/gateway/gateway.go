@@ -180,10 +180,16 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 // proxy for everything else.
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
-// healthz answers 200 when at least one endpoint is healthy, else 503.
+// healthz answers 200 when at least one endpoint is healthy and, unless
+// scraping is off, has answered a scrape since the gateway started; else
+// 503. Endpoints start out healthy, so without the second condition a
+// gateway whose endpoints are all dead would report ready until their first
+// scrapes failed. With scraping off the gateway learns of an endpoint only
+// from the requests it sends, and 200 means no endpoint has failed to
+// connect since it last answered.
 func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {
 	for _, ep := range g.eps {
-		if ep.Healthy() {
+		if ep.Healthy() && (g.scraper == nil || ep.Metrics() != nil) {
 			_, _ = w.Write([]byte("ok\n"))
 			return
 		}

@@ -237,12 +237,17 @@ func podModel(t *testing.T, pods ...*pod) string {
 func TestHealthzAndMetrics(t *testing.T) {
 	a := newPod(t, nil)
 	url, _ := startGateway(t, gatewayYAML(a.addr()))
-	r, err := http.Get(url + "/healthz")
-	require.NoError(t, err)
-	_ = r.Body.Close()
-	assert.Equal(t, 200, r.StatusCode)
+	// Ready once the pod has answered a scrape (every 50 ms here).
+	require.Eventually(t, func() bool {
+		r, err := http.Get(url + "/healthz")
+		if err != nil {
+			return false
+		}
+		_ = r.Body.Close()
+		return r.StatusCode == 200
+	}, 10*time.Second, 5*time.Millisecond)
 
-	r, err = http.Post(url+"/v1/chat/completions", "application/json",
+	r, err := http.Post(url+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"`+base+`","messages":[{"role":"user","content":"hi"}]}`))
 	require.NoError(t, err)
 	_, _ = io.Copy(io.Discard, r.Body)

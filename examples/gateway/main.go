@@ -73,6 +73,13 @@ func mainErr() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		// After the first signal, which starts the drain, a second one
+		// ends the process at once (the default action), rather than being
+		// swallowed while streams drain.
+		<-ctx.Done()
+		stop()
+	}()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
