@@ -208,46 +208,54 @@ func parseRequest(path string, header http.Header, body []byte, opts ParseOption
 	// The output limits by key, -1 when absent or null. A repeated key
 	// takes its last value here as everywhere, as encoding/json does.
 	maxCompletion, maxTokens, maxOutput := -1, -1, -1
+	// A value of the wrong type is an error unless a later value of the
+	// same key replaces it: by key, model, stream and the three limits.
+	var typeErrs [5]error
 	field := func(key []byte, v0, v1 int) error {
 		v := body[v0:v1]
 		switch string(key) {
 		case "model":
+			typeErrs[0] = nil
 			if string(v) == "null" { // no model, as encoding/json reads it
 				p.Model, p.modelStart, p.modelEnd = "", 0, 0
 				break
 			}
 			m, ok := stringValue(v)
 			if !ok {
-				return fieldErr("model", "a string")
+				p.Model, p.modelStart, p.modelEnd = "", 0, 0
+				typeErrs[0] = fieldErr("model", "a string")
+				break
 			}
 			p.Model, p.modelStart, p.modelEnd = m, v0, v1
 		case "stream":
+			typeErrs[1] = nil
 			switch string(v) {
 			case "true":
 				p.Stream = true
 			case "false", "null":
 				p.Stream = false
 			default:
-				return fieldErr("stream", "a boolean")
+				typeErrs[1] = fieldErr("stream", "a boolean")
 			}
 		case "stream_options":
 			a, b, ok := lastField(v, "include_usage")
 			p.IncludeUsage = ok && string(v[a:b]) == "true"
 		case "max_completion_tokens", "max_tokens", "max_output_tokens":
 			n := -1
+			var terr error
 			if string(v) != "null" {
 				var ok bool
 				if n, ok = intValue(v); !ok || n < 0 {
-					return fieldErr(string(key), "a non-negative integer")
+					n, terr = -1, fieldErr(string(key), "a non-negative integer")
 				}
 			}
 			switch string(key) {
 			case "max_completion_tokens":
-				maxCompletion = n
+				maxCompletion, typeErrs[2] = n, terr
 			case "max_tokens":
-				maxTokens = n
+				maxTokens, typeErrs[3] = n, terr
 			default:
-				maxOutput = n
+				maxOutput, typeErrs[4] = n, terr
 			}
 		case "user":
 			user, _ = stringValue(v)
@@ -265,14 +273,16 @@ func parseRequest(path string, header http.Header, body []byte, opts ParseOption
 	} else {
 		end, err = prefix.Fields(body, field)
 	}
-	if _, isField := err.(*fieldError); isField { // returned unchanged
-		return p, err
-	}
 	if err != nil {
 		return p, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	if end = skipBlanks(body, end); end != len(body) {
 		return p, fmt.Errorf("%w: %w at byte %d: data after the object", ErrMalformed, errSyntax, end)
+	}
+	for _, err := range typeErrs {
+		if err != nil {
+			return p, err
+		}
 	}
 	if p.SessionKey == "" {
 		p.SessionKey = firstNonEmpty(cacheKey, user, safety)

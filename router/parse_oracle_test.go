@@ -307,6 +307,30 @@ func TestParseDuplicateKeysLastWins(t *testing.T) {
 			assert.Equal(t, "u2", got.SessionKey)
 		}
 	})
+	t.Run("a wrong type replaced", func(t *testing.T) {
+		// Only the last value is read, so only its type matters.
+		for body, want := range map[string]Parsed{
+			`{"model":42,"model":"m"}`:                        {Model: "m"},
+			`{"stream":"yes","stream":true}`:                  {Stream: true},
+			`{"max_tokens":"5","max_tokens":7}`:               {MaxOutputTokens: 7},
+			`{"max_tokens":-1,"max_tokens":null}`:             {},
+			`{"model":["m"],"model":null,"x":1}`:              {},
+			`{"max_output_tokens":1.5,"max_output_tokens":2}`: {MaxOutputTokens: 2},
+		} {
+			got, err := ParseRequest("/v1/chat/completions", nil, []byte(body), ParseOptions{})
+			require.NoError(t, err, body)
+			assert.Equal(t, want.Model, got.Model, body)
+			assert.Equal(t, want.Stream, got.Stream, body)
+			assert.Equal(t, want.MaxOutputTokens, got.MaxOutputTokens, body)
+			_, err = ParseRequestPrompt("/v1/chat/completions", nil, []byte(body), ParseOptions{}, h.NewPrompt())
+			assert.NoError(t, err, body)
+		}
+		for _, body := range []string{`{"model":"m","model":42}`, `{"stream":true,"stream":"yes"}`, `{"max_tokens":7,"max_tokens":"5"}`} {
+			_, err := ParseRequest("/v1/chat/completions", nil, []byte(body), ParseOptions{})
+			var fe *fieldError
+			assert.ErrorAs(t, err, &fe, body)
+		}
+	})
 	t.Run("prompt", func(t *testing.T) {
 		cases := []struct{ dup, last string }{
 			{`{"prompt":"first prompt text that is long","prompt":"second"}`, `{"prompt":"second"}`},
