@@ -168,7 +168,8 @@ func DefaultConfig() Config {
 	}
 }
 
-// ParseConfig parses a YAML or JSON configuration. Unknown fields are
+// ParseConfig parses a YAML or JSON configuration. Unknown fields and
+// anything after the configuration (a second document, trailing text) are
 // errors; values are checked when the configuration is compiled by New or
 // Reconfigure, which name the bad field and value.
 func ParseConfig(data []byte) (Config, error) {
@@ -184,6 +185,10 @@ func ParseConfig(data []byte) (Config, error) {
 			return Config{}, fmt.Errorf("picker config: %s", te.Errors[0])
 		}
 		return Config{}, fmt.Errorf("picker config: %w", err)
+	}
+	var more any
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		return Config{}, errors.New("picker config: more than one document, or text after the configuration")
 	}
 	return c, nil
 }
@@ -278,6 +283,13 @@ func compile(c Config, reg *scorer.Registry, env scorer.Env) (*compiled, error) 
 		out.weights = append(out.weights, p.Weight)
 		out.names = append(out.names, p.Name)
 		out.tieBand += p.Weight
+	}
+	switch {
+	case len(c.Scorers) > 0 && out.tieBand == 0:
+		// Weight is optional and 0 when omitted: every pick would be a tie.
+		return nil, errors.New("scorers: every weight is 0, so every pick would be a tie; give at least one scorer a positive weight")
+	case math.IsInf(out.tieBand, 0):
+		return nil, errors.New("scorers: the weights add up to more than a float64 holds; scale them down")
 	}
 	out.tieBand *= c.Strategy.TieBand
 	return out, nil

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -175,13 +176,14 @@ func (p *Picker) Reconfigure(cfg Config) error {
 
 // SetEndpoints replaces the set of candidate endpoints. The picker keeps
 // its own copy of the slice (not of the endpoints, whose counters must
-// outlive snapshots). Safe to call concurrently with Pick. A prefix matcher
+// outlive snapshots), without nils and with each endpoint once, so that a
+// pick's fallbacks are distinct. Safe to call concurrently with Pick. A prefix matcher
 // or latency estimator with a Retain([]*signals.Endpoint) method is told
 // the new set, so the state of endpoints that left is freed.
 func (p *Picker) SetEndpoints(eps []*signals.Endpoint) {
 	snap := make([]*signals.Endpoint, 0, len(eps))
 	for _, ep := range eps {
-		if ep != nil {
+		if ep != nil && !slices.Contains(snap, ep) {
 			snap = append(snap, ep)
 		}
 	}

@@ -101,10 +101,14 @@ func (BurstScorer) Score(_ context.Context, in *Input, out []float64) {
 	}
 	unmeasured := fastest / (sum / float64(n)) // the weight of a pod at the mean
 	for i, r := range c.recent {
-		if inv := c.invThroughput[i]; inv > 0 {
-			r *= fastest * inv
-		} else {
-			r *= unmeasured
+		if r > 0 { // an idle pod stays at 0 whatever its weight (0 × Inf is NaN)
+			w := unmeasured
+			if inv := c.invThroughput[i]; inv > 0 {
+				w = fastest * inv
+			}
+			// Throughputs far apart can make the weight or the product
+			// overflow: capped, so that raw values stay finite.
+			r = min(r*w, math.MaxFloat64)
 		}
 		raw[i] = r
 		out[i] = 1 / (1 + r)

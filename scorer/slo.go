@@ -200,31 +200,25 @@ func (f *SLOFilter) Filter(_ context.Context, in *Input) []*signals.Endpoint {
 	cached, buf := f.j.matches(in)
 	defer f.j.release(buf)
 
-	// First pass without writing, so that when nothing is kept in.Endpoints
-	// is untouched and the best can be returned in place.
+	// One pass, each endpoint judged once (a prediction may move between
+	// two judgements, as in-flight counts change under concurrent picks),
+	// compacting the kept endpoints to the front. Nothing is written until
+	// one is kept, so when none is, in.Endpoints is untouched and the best
+	// can be returned in place.
 	best, bestRatio := 0, math.Inf(1)
-	keptAny := false
-	for i, ep := range eps {
-		v := f.j.judge(req, ep, matchAt(cached, i), ttftObj, tpotObj)
-		if !v.judged || v.ratio <= 1 {
-			keptAny = true
-			break
-		}
-		if v.ratio < bestRatio {
-			best, bestRatio = i, v.ratio
-		}
-	}
-	if !keptAny {
-		return eps[best : best+1]
-	}
-	// Second pass: compact the kept endpoints to the front.
 	k := 0
 	for i, ep := range eps {
 		v := f.j.judge(req, ep, matchAt(cached, i), ttftObj, tpotObj)
-		if !v.judged || v.ratio <= 1 {
+		switch {
+		case !v.judged || v.ratio <= 1:
 			eps[k] = ep
 			k++
+		case k == 0 && v.ratio < bestRatio:
+			best, bestRatio = i, v.ratio
 		}
+	}
+	if k == 0 {
+		return eps[best : best+1]
 	}
 	return eps[:k]
 }

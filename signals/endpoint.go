@@ -298,8 +298,15 @@ func (ep *Endpoint) InFlightTokens() int64 { return max(ep.inFlightTokens.Load()
 
 // blend mixes a scrape-based value with the local accounting by the
 // scrape's confidence, so an ageing scrape fades into local knowledge
-// instead of falling off a cliff.
+// instead of falling off a cliff. At confidence 0 or 1 it is exactly one of
+// them, so that an infinite reading at no confidence is not 0 × Inf = NaN.
 func blend(scraped, local, conf float64) float64 {
+	switch {
+	case conf <= 0:
+		return local
+	case conf >= 1:
+		return scraped
+	}
 	return conf*scraped + (1-conf)*local
 }
 
@@ -337,7 +344,8 @@ func requestsReading(m *Metrics) Reading {
 	if m.Running.Known {
 		v += clampNonNeg(m.Running.Value)
 	}
-	return Reading{Value: v, Known: true}
+	// Two huge readings must not add up to +Inf, which no scorer expects.
+	return Reading{Value: min(v, math.MaxFloat64), Known: true}
 }
 
 // corrected is a scraped count, chosen from the snapshot's summary by
