@@ -26,12 +26,16 @@
 // the stream breaks off.
 //
 // Body modes: BUFFERED (the destination goes in the body response's header
-// mutation, which Envoy applies in this mode only) and FULL_DUPLEX_STREAMED
-// (the inference extension's mode: the headers response is held until the
-// body is in, then the body is streamed back in chunks of at most 64 KiB).
-// Envoy announces its mode in protocol_config; Options says what to assume
-// otherwise. STREAMED and BUFFERED_PARTIAL request bodies (and any other
-// mode) cannot carry a body-based decision and are refused.
+// mutation, which Envoy applies in this mode only; the request headers may
+// be skipped, request_header_mode SKIP) and FULL_DUPLEX_STREAMED (the
+// inference extension's mode: the request headers are required, their
+// response is held until the body is in, then the body is streamed back in
+// chunks of at most 64 KiB, its end marked only if Envoy's body ended, not
+// when trailers end the request). Envoy announces its mode in
+// protocol_config; Options says what to assume otherwise. STREAMED and
+// BUFFERED_PARTIAL request bodies, an announced NONE (no body sent) and any
+// other mode cannot carry a body-based decision and are refused with
+// FailedPrecondition, as are repeated request headers.
 //
 // The gRPC health service answers SERVING for "", liveness, readiness and
 // envoy.service.ext_proc.v3.ExternalProcessor.

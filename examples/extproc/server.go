@@ -90,8 +90,9 @@ type Options struct {
 	Parse router.ParseOptions
 	// RequestBodyMode and ResponseBodyMode are the body modes the Envoy
 	// filter is configured with, used when Envoy does not announce them in
-	// ProcessingRequest.protocol_config. Defaults: FULL_DUPLEX_STREAMED
-	// for both, as the inference extension deploys the filter.
+	// ProcessingRequest.protocol_config (an announced mode, NONE
+	// included, overrides them). Defaults: FULL_DUPLEX_STREAMED for both,
+	// as the inference extension deploys the filter.
 	RequestBodyMode, ResponseBodyMode filterv3.ProcessingMode_BodySendMode
 	// MaxBodyBytes caps the request body buffered for routing; a larger
 	// one is answered 413. Default DefaultMaxBodyBytes.
@@ -174,7 +175,8 @@ func NewServer(opts Options) (*Server, error) {
 // responses apply only in BUFFERED mode (ext_proc CommonResponse
 // header_mutation), which also rules out BUFFERED_PARTIAL, whose body
 // message may moreover hold only the part of the body that fit Envoy's
-// buffer (ProcessingMode BUFFERED_PARTIAL).
+// buffer (ProcessingMode BUFFERED_PARTIAL). NONE, announced by Envoy,
+// means no body is sent at all.
 func checkRequestMode(m filterv3.ProcessingMode_BodySendMode) error {
 	switch m {
 	case filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
@@ -225,13 +227,14 @@ type stream struct {
 	reqMode  filterv3.ProcessingMode_BodySendMode
 	respMode filterv3.ProcessingMode_BodySendMode
 
-	header    http.Header
-	path      string
-	body      []byte
-	tooLarge  bool
-	subset    []string
-	hasSubset bool
-	decided   bool // the request was answered (routed or rejected)
+	header     http.Header // from the request headers; made empty by decide without them
+	path       string
+	gotHeaders bool // the request headers message came
+	body       []byte
+	tooLarge   bool
+	subset     []string
+	hasSubset  bool
+	decided    bool // the request was answered (routed or rejected)
 
 	// After a successful pick.
 	res       picker.Result
@@ -245,9 +248,10 @@ type stream struct {
 
 func (st *stream) handle(msg *extprocv3.ProcessingRequest) error {
 	if pc := msg.GetProtocolConfig(); pc != nil {
-		if pc.GetRequestBodyMode() != filterv3.ProcessingMode_NONE {
-			st.reqMode = pc.GetRequestBodyMode()
-		}
+		// Envoy fills protocol_config from its filter configuration: a
+		// request_body_mode NONE there means no body will come, which
+		// checkRequestMode refuses like any mode that cannot route.
+		st.reqMode = pc.GetRequestBodyMode()
 		st.respMode = pc.GetResponseBodyMode()
 		if err := checkRequestMode(st.reqMode); err != nil {
 			return status.Error(codes.FailedPrecondition, err.Error())
@@ -304,6 +308,12 @@ func (st *stream) readMetadata(md *corev3.Metadata) {
 }
 
 func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
+	if st.gotHeaders || st.decided {
+		// A protocol violation: deciding again would pick again, and lose
+		// the first pick's Done.
+		return status.Error(codes.FailedPrecondition, "extproc: request headers repeated or after the request was answered")
+	}
+	st.gotHeaders = true
 	st.header = make(http.Header, len(h.GetHeaders().GetHeaders()))
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		v := hv.GetValue()
@@ -325,7 +335,7 @@ func (st *stream) requestHeaders(h *extprocv3.HttpHeaders) error {
 	st.header.Del(KeySubset)
 	if h.GetEndOfStream() {
 		// No body (a GET): decide now, in the headers response.
-		return st.decide(false)
+		return st.decide(false, true)
 	}
 	switch st.reqMode {
 	case filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
@@ -339,6 +349,12 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 	if st.decided {
 		return status.Error(codes.FailedPrecondition, "extproc: request body after the request was answered")
 	}
+	if !st.gotHeaders && st.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		// The destination goes in the headers response in this mode (body
+		// responses' header mutations apply in BUFFERED mode only).
+		return status.Error(codes.FailedPrecondition,
+			"extproc: request body without request headers in FULL_DUPLEX_STREAMED mode; set request_header_mode SEND")
+	}
 	if len(st.body)+len(b.GetBody()) > st.s.opts.MaxBodyBytes {
 		st.tooLarge = true
 	} else {
@@ -348,13 +364,14 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 	if !end {
 		return nil
 	}
-	return st.decide(true)
+	return st.decide(true, b.GetEndOfStream())
 }
 
 func (st *stream) requestTrailers() error {
 	if !st.decided {
-		// In FULL_DUPLEX_STREAMED mode trailers mark the end of the body.
-		if err := st.decide(true); err != nil {
+		// In FULL_DUPLEX_STREAMED mode trailers mark the end of the body;
+		// the body stream itself was not ended by Envoy.
+		if err := st.decide(true, false); err != nil {
 			return err
 		}
 	}
@@ -365,9 +382,15 @@ func (st *stream) requestTrailers() error {
 // decide routes and picks, and answers: with the destination in a headers
 // response (no body, or FULL_DUPLEX_STREAMED, followed by the body
 // streamed back) or in a body response (BUFFERED), or with an immediate
-// response.
-func (st *stream) decide(haveBody bool) error {
+// response. bodyEnded says whether Envoy's last body chunk had
+// end_of_stream set (not so when trailers end the request), which the
+// body streamed back repeats.
+func (st *stream) decide(haveBody, bodyEnded bool) error {
 	st.decided = true
+	if st.header == nil {
+		// No request headers message (request_header_mode SKIP).
+		st.header = make(http.Header)
+	}
 	if st.tooLarge {
 		return st.reject(&router.APIError{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
 			Code: "request_too_large", Message: fmt.Sprintf("request body over %d bytes", st.s.opts.MaxBodyBytes)})
@@ -391,7 +414,7 @@ func (st *stream) decide(haveBody bool) error {
 		if err := st.send(&extprocv3.ProcessingResponse{Response: headersResponse(mut), DynamicMetadata: md}); err != nil {
 			return err
 		}
-		return st.streamBody(body)
+		return st.streamBody(body, bodyEnded)
 	default: // BUFFERED: header mutations in a body response apply in this mode
 		common := &extprocv3.CommonResponse{HeaderMutation: mut}
 		if rewritten {
@@ -494,16 +517,20 @@ func inList(list []string, s string) bool {
 }
 
 // streamBody sends the request body back in FULL_DUPLEX_STREAMED mode:
-// the data plane forwards only what the processor returns.
-func (st *stream) streamBody(body []byte) error {
+// the data plane forwards only what the processor returns. The last chunk
+// has end_of_stream set only if end, that is if Envoy's last body chunk
+// had it (ext_proc StreamedBodyResponse.end_of_stream): when trailers end
+// the request, the body stream stays open for them. An empty body is sent
+// as one empty chunk if it ends the stream, else not at all.
+func (st *stream) streamBody(body []byte, end bool) error {
 	n := st.s.opts.ChunkBytes
-	for first := true; first || len(body) > 0; first = false {
+	for first := true; len(body) > 0 || (first && end); first = false {
 		chunk := body[:min(n, len(body))]
 		body = body[len(chunk):]
 		if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
 			RequestBody: &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
 				BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
-					StreamedResponse: &extprocv3.StreamedBodyResponse{Body: chunk, EndOfStream: len(body) == 0},
+					StreamedResponse: &extprocv3.StreamedBodyResponse{Body: chunk, EndOfStream: end && len(body) == 0},
 				}},
 			}},
 		}}); err != nil {

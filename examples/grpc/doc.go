@@ -12,6 +12,10 @@
 // would leave the endpoint looking busy for ever, so every reservation has
 // a timeout after which the server releases it itself, reporting
 // ErrReservationExpired as the outcome; a late Done then gets NOT_FOUND.
+// A Pick whose caller went away (its context canceled or past its
+// deadline) before the reservation is committed reserves nothing: the pick
+// is released at once with the context's error as the outcome, and the
+// answer is CANCELED or DEADLINE_EXCEEDED.
 //
 // The picker's errors map onto gRPC codes a gateway can turn into HTTP
 // statuses: a shed request is RESOURCE_EXHAUSTED (429), no endpoint is

@@ -143,9 +143,19 @@ func NewServer(p *picker.Picker, opts Options) *Server {
 // ttft_slo, and RESOURCE_EXHAUSTED without picking when MaxReservations
 // reservations are open or being made by concurrent Picks, so the bound
 // holds under any concurrency.
+//
+// A Pick whose context is done (the caller went away or its deadline
+// passed) reserves nothing, since no Done could ever come for a
+// reservation id the caller never receives: if the context ends before
+// the reservation is committed, the pick is released at once, reporting
+// the context's error to the picker, and Pick answers CANCELED or
+// DEADLINE_EXCEEDED.
 func (s *Server) Pick(ctx context.Context, in *pickerpb.PickRequest) (*pickerpb.PickResponse, error) {
 	if err := validate(in); err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, pickStatus(err)
 	}
 	s.sweep(s.clock.Now())
 	// Take a slot under the bound before picking: the check and the
@@ -198,6 +208,14 @@ func (s *Server) Pick(ctx context.Context, in *pickerpb.PickRequest) (*pickerpb.
 		s.mu.Unlock()
 		res.Done(picker.DoneInfo{Err: ErrServerClosed})
 		return nil, status.Error(codes.Unavailable, "server closed")
+	}
+	// The caller is gone: the reservation id cannot reach it, so no Done
+	// would ever come. Checked last, under the lock, right before the
+	// commit.
+	if err := ctx.Err(); err != nil {
+		s.mu.Unlock()
+		res.Done(picker.DoneInfo{Err: err})
+		return nil, pickStatus(err)
 	}
 	s.byID[id] = s.order.PushBack(r)
 	s.mu.Unlock()

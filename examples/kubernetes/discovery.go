@@ -214,8 +214,14 @@ func (d *Discovery) Run(ctx context.Context) error {
 // Sync rebuilds the endpoint set from the informer's cache now and
 // publishes it to the sinks if it changed. Run calls it after every event;
 // it is exported for callers that drive the informer themselves. Syncs are
-// serialised, so sinks see the sets in order; a sink may call Endpoints.
+// serialised, the cache listing included, so concurrent Syncs publish the
+// sets in the order of the cache they read and sinks see them in order; a
+// sink may call Endpoints.
 func (d *Discovery) Sync() error {
+	// List under the lock: a Sync that listed an older cache must not
+	// publish (and forget pods) after one that listed a newer cache.
+	d.syncMu.Lock()
+	defer d.syncMu.Unlock()
 	var slicesList []*discoveryv1.EndpointSlice
 	var err error
 	if d.cfg.Namespace != "" {
@@ -231,8 +237,6 @@ func (d *Discovery) Sync() error {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
 
-	d.syncMu.Lock()
-	defer d.syncMu.Unlock()
 	seen := make(map[string]bool, len(d.known))
 	var ready []*signals.Endpoint
 	for _, s := range slicesList {
