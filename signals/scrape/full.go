@@ -27,6 +27,7 @@ import (
 // whose lines are out of order). It is not safe for concurrent use with
 // other calls on the same Parser. It blocks until r is drained.
 func (p *Parser) ParseFull(r io.Reader) (Page, error) {
+	defer p.release()
 	p.reset()
 	dec := expfmt.NewDecoder(r, expfmt.NewFormat(expfmt.TypeTextPlain))
 	var families []*dto.MetricFamily
@@ -62,12 +63,11 @@ func (p *Parser) ParseFull(r io.Reader) (Page, error) {
 				continue // histograms and summaries: no map reads them
 			}
 			p.pairs = p.pairs[:0]
-			h := uint64(fnvOffset)
 			for _, lp := range m.GetLabel() {
-				name, val := []byte(lp.GetName()), []byte(lp.GetValue())
-				p.pairs = append(p.pairs, labelPair{name, val})
-				h = fnvByte(fnv(fnvByte(fnv(h, name), '='), val), ',')
+				p.pairs = append(p.pairs, labelPair{[]byte(lp.GetName()), []byte(lp.GetValue())})
 			}
+			sortPairs(p.pairs) // expfmt rejects repeated label names
+			h := seriesHash(p.pairs)
 			for _, t := range p.cm.names[id] {
 				p.observe(t, v, h)
 			}

@@ -2,10 +2,14 @@ package scrape
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
+	"slices"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/inferroute/inferroute/signals"
 )
@@ -13,13 +17,16 @@ import (
 // Page is what one metrics page said about the signals of a MetricMap, before
 // it is combined with the previous scrape. Values are as published: not
 // clamped, and unknown when the page lacks the metric, repeats a series, or
-// holds NaN or ±Inf.
+// holds NaN or ±Inf. A series is its label set: the order its labels are
+// written in does not matter, and a label with an empty value is the same
+// as no label (Prometheus semantics).
 type Page struct {
 	Running            signals.Reading
 	Waiting            signals.Reading
 	KVCacheUtilization signals.Reading
 	// PrefixCacheHits and PrefixCacheQueries are the cumulative counters of
-	// the first counter pair present on the page (both or neither).
+	// the first counter pair present on the page: both known or neither (a
+	// pair with one side unknown leaves both unknown).
 	PrefixCacheHits    signals.Reading
 	PrefixCacheQueries signals.Reading
 	// PrefixCacheHitRate is the server's own hit-rate gauge.
@@ -193,7 +200,8 @@ type labelPair struct{ name, value []byte }
 // pages. It reads only the lines of the families the map names: every other
 // line is skipped after its metric name, so histograms and process metrics
 // cost a name scan each. It uses no regular expressions and, once warmed up,
-// allocates only when an adapter list changes.
+// allocates only when an adapter list changes (or when a line it reads has
+// more than 64 labels).
 //
 // A Parser keeps scratch buffers between calls and is not safe for
 // concurrent use; use one per endpoint (the Scraper does).
@@ -233,7 +241,15 @@ func newParser(cm *compiledMap) *Parser {
 	}
 }
 
+// maxPairsKept bounds the label-pair scratch kept from one page to the
+// next, so that a line of many labels does not keep its buffer (or make
+// release clear it on every page).
+const maxPairsKept = 64
+
 func (p *Parser) reset() {
+	if cap(p.pairs) > maxPairsKept {
+		p.pairs = nil
+	}
 	for i := range p.accs {
 		a := &p.accs[i]
 		*a = acc{hashes: a.hashes[:0]}
@@ -256,15 +272,26 @@ func (p *Parser) reset() {
 // that is not in the text format: a line starting with a character that
 // cannot begin a metric name (an HTML page, binary garbage), a malformed
 // line of a family the map reads, or a last line without its newline (a
-// page truncated in transit). Lines of other families are not validated
-// beyond their metric name.
+// page truncated in transit). A line of a read family is malformed where
+// expfmt would reject it (a bad label set, escape or value, a repeated label
+// name); after the value it may carry a timestamp, as integer milliseconds
+// or OpenMetrics decimal seconds, and an OpenMetrics exemplar ("# {...}"),
+// and nothing else. Lines of other families are not validated beyond their
+// metric name.
 func (p *Parser) Parse(page []byte) (Page, error) {
-	pg, err := p.parse(page)
-	p.lastName = nil // do not retain the page
-	return pg, err
+	return p.parse(page)
+}
+
+// release drops the parser's references into the page just parsed, so that
+// the page is not retained: the last metric name looked up, and the label
+// pairs (all of their capacity, which every parse leaves zeroed).
+func (p *Parser) release() {
+	p.lastName = nil
+	clear(p.pairs[:cap(p.pairs)])
 }
 
 func (p *Parser) parse(page []byte) (Page, error) {
+	defer p.release()
 	p.reset()
 	if len(page) == 0 {
 		return Page{}, ErrEmptyPage
@@ -430,41 +457,53 @@ func (p *Parser) comment(l []byte) {
 	p.typeSeen[id] = true
 }
 
+// hashSeed starts a series hash; hashMul is an odd 64-bit constant (2^64
+// divided by the golden ratio).
 const (
-	fnvOffset = 14695981039346656037
-	fnvPrime  = 1099511628211
+	hashSeed = 0x243f6a8885a308d3
+	hashMul  = 0x9e3779b97f4a7c15
 )
 
-func fnv(h uint64, b []byte) uint64 {
-	for _, c := range b {
-		h ^= uint64(c)
-		h *= fnvPrime
+// mix folds the word w into the hash h: the two halves of the 128-bit
+// product of h^w and hashMul, xored (the "mum" step of wyhash).
+func mix(h, w uint64) uint64 {
+	hi, lo := bits.Mul64(h^w, hashMul)
+	return hi ^ lo
+}
+
+// mixBytes folds b into h eight bytes at a time, the last word zero-padded
+// (the caller folds in the length, which tells the padding apart).
+func mixBytes(h uint64, b []byte) uint64 {
+	for len(b) >= 8 {
+		h = mix(h, binary.LittleEndian.Uint64(b))
+		b = b[8:]
+	}
+	if len(b) > 0 {
+		var w uint64
+		for i, c := range b {
+			w |= uint64(c) << (8 * i)
+		}
+		h = mix(h, w)
 	}
 	return h
 }
 
-func fnvByte(h uint64, c byte) uint64 {
-	h ^= uint64(c)
-	return h * fnvPrime
-}
-
-// sample parses the labels and value of a line of a wanted family; rest
-// starts right after the metric name.
+// sample parses the labels, value and trailer of a line of a wanted family;
+// rest starts right after the metric name. As in expfmt, a label value must
+// be UTF-8 with only the escapes \\, \" and \n, a label name may not repeat
+// or be __name__, and the value is a Go float without hexadecimal mantissa
+// or digit separators.
 func (p *Parser) sample(id int32, rest []byte) string {
 	p.pairs = p.pairs[:0]
 	if cap(p.scratch) < len(rest) {
 		p.scratch = make([]byte, 0, 2*len(rest))
 	}
 	p.scratch = p.scratch[:0]
-	h := uint64(fnvOffset)
-	hashed := p.cm.hashed[id] // only slots look for repeated series
-	k := 0
-	if rest[0] == '{' {
-		k = 1
+	k := skipBlanks(rest, 0) // blanks may separate the name from '{'
+	if k < len(rest) && rest[k] == '{' {
+		k++
 		for {
-			for k < len(rest) && isBlank(rest[k]) {
-				k++
-			}
+			k = skipBlanks(rest, k)
 			if k >= len(rest) {
 				return "unterminated label set"
 			}
@@ -480,25 +519,27 @@ func (p *Parser) sample(id int32, rest []byte) string {
 				k++
 			}
 			name := rest[s:k]
-			for k < len(rest) && isBlank(rest[k]) {
-				k++
+			if string(name) == "__name__" {
+				return "reserved label name __name__"
 			}
+			k = skipBlanks(rest, k)
 			if k >= len(rest) || rest[k] != '=' {
 				return "expected '=' after label name"
 			}
-			k++
-			for k < len(rest) && isBlank(rest[k]) {
-				k++
-			}
+			k = skipBlanks(rest, k+1)
 			if k >= len(rest) || rest[k] != '"' {
 				return "expected '\"' to open label value"
 			}
 			k++
-			vs, esc := k, false
+			vs, esc, high := k, false, byte(0)
 			for k < len(rest) && rest[k] != '"' {
+				high |= rest[k]
 				if rest[k] == '\\' {
 					esc = true
 					k++
+					if k < len(rest) && rest[k] != '\\' && rest[k] != '"' && rest[k] != 'n' {
+						return "invalid escape sequence in label value"
+					}
 				}
 				k++
 			}
@@ -507,16 +548,14 @@ func (p *Parser) sample(id int32, rest []byte) string {
 			}
 			val := rest[vs:k]
 			k++
+			if high >= utf8.RuneSelf && !utf8.Valid(val) {
+				return "label value is not valid UTF-8"
+			}
 			if esc {
 				val = p.unescape(val)
 			}
 			p.pairs = append(p.pairs, labelPair{name, val})
-			if hashed {
-				h = fnvByte(fnv(fnvByte(fnv(h, name), '='), val), ',')
-			}
-			for k < len(rest) && isBlank(rest[k]) {
-				k++
-			}
+			k = skipBlanks(rest, k)
 			if k < len(rest) && rest[k] == ',' {
 				k++
 				continue
@@ -527,10 +566,11 @@ func (p *Parser) sample(id int32, rest []byte) string {
 			}
 			return "expected ',' or '}' after label value"
 		}
+		if !sortPairs(p.pairs) {
+			return "duplicate label name"
+		}
 	}
-	for k < len(rest) && isBlank(rest[k]) {
-		k++
-	}
+	k = skipBlanks(rest, k)
 	e := k
 	for e < len(rest) && !isBlank(rest[e]) {
 		e++
@@ -538,9 +578,16 @@ func (p *Parser) sample(id int32, rest []byte) string {
 	if e == k {
 		return "missing value"
 	}
-	v, err := strconv.ParseFloat(string(rest[k:e]), 64)
-	if err != nil {
+	v, ok := parseValue(rest[k:e])
+	if !ok {
 		return "invalid value"
+	}
+	if msg := trailer(rest[e:]); msg != "" {
+		return msg
+	}
+	var h uint64
+	if p.cm.hashed[id] { // only slots look for repeated series
+		h = seriesHash(p.pairs)
 	}
 	for _, t := range p.cm.names[id] {
 		p.observe(t, v, h)
@@ -548,20 +595,150 @@ func (p *Parser) sample(id int32, rest []byte) string {
 	return ""
 }
 
-// unescape decodes the text format's label-value escapes (\\, \", \n) into
-// the parser's scratch buffer, which sample sized so that it never grows
-// within a line: earlier label values stay valid.
+func skipBlanks(b []byte, k int) int {
+	for k < len(b) && isBlank(b[k]) {
+		k++
+	}
+	return k
+}
+
+// parseValue parses a sample value as expfmt does: strconv.ParseFloat
+// without the hexadecimal floats ("0x1p3") and digit separators ("1_000")
+// that the text format does not have.
+func parseValue(tok []byte) (float64, bool) {
+	for _, c := range tok {
+		if c == 'p' || c == 'P' || c == '_' {
+			return 0, false
+		}
+	}
+	v, err := strconv.ParseFloat(string(tok), 64)
+	return v, err == nil
+}
+
+// trailer checks what follows a sample's value: blanks, then optionally a
+// timestamp (integer milliseconds in the text format, decimal seconds in
+// OpenMetrics), then optionally an OpenMetrics exemplar ("# {labels} value
+// ..."), whose contents are not checked.
+func trailer(t []byte) string {
+	k := skipBlanks(t, 0)
+	if k == len(t) {
+		return ""
+	}
+	if t[k] != '#' {
+		e := k
+		for e < len(t) && !isBlank(t[e]) {
+			e++
+		}
+		if !isTimestamp(t[k:e]) {
+			return "invalid timestamp after value"
+		}
+		if k = skipBlanks(t, e); k == len(t) {
+			return ""
+		}
+		if t[k] != '#' {
+			return "unexpected text after timestamp"
+		}
+	}
+	if k = skipBlanks(t, k+1); k == len(t) || t[k] != '{' {
+		return "unexpected text after value"
+	}
+	return ""
+}
+
+// isTimestamp reports whether b is a decimal number:
+// [sign] (digits [. digits] | . digits) [e [sign] digits].
+func isTimestamp(b []byte) bool {
+	i := 0
+	if i < len(b) && (b[i] == '+' || b[i] == '-') {
+		i++
+	}
+	digits := func() int {
+		s := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i - s
+	}
+	n := digits()
+	if i < len(b) && b[i] == '.' {
+		i++
+		n += digits()
+	}
+	if n == 0 {
+		return false
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(b)
+}
+
+// sortPairs sorts a label set by name in place, without allocating, and
+// reports whether its names are distinct. Label sets are small and usually
+// already sorted: an insertion sort, which finds repeats on the way, costs
+// one comparison per label then.
+func sortPairs(ps []labelPair) bool {
+	if len(ps) > 16 {
+		slices.SortFunc(ps, func(a, b labelPair) int { return bytes.Compare(a.name, b.name) })
+		for i := 1; i < len(ps); i++ {
+			if bytes.Equal(ps[i].name, ps[i-1].name) {
+				return false
+			}
+		}
+		return true
+	}
+	for i := 1; i < len(ps); i++ {
+		for j := i; j > 0; j-- {
+			c := bytes.Compare(ps[j-1].name, ps[j].name)
+			if c == 0 {
+				return false
+			}
+			if c < 0 {
+				break
+			}
+			ps[j-1], ps[j] = ps[j], ps[j-1]
+		}
+	}
+	return true
+}
+
+// seriesHash identifies a series by its label set, given sorted by name
+// (sortPairs), so that the order labels are written in does not matter. A
+// label with an empty value is left out: Prometheus treats it as absent.
+// Each pair is hashed as the lengths of its name and value, then the name,
+// then the value, so that distinct label sets are distinct inputs
+// (`a="x,b=y"` is not `a="x",b="y"`).
+func seriesHash(ps []labelPair) uint64 {
+	h := uint64(hashSeed)
+	for _, lp := range ps {
+		if len(lp.value) == 0 {
+			continue
+		}
+		h = mix(h, uint64(len(lp.name))<<32|uint64(uint32(len(lp.value))))
+		h = mixBytes(mixBytes(h, lp.name), lp.value)
+	}
+	return h
+}
+
+// unescape decodes the text format's label-value escapes (\\, \", \n, the
+// only ones sample lets through) into the parser's scratch buffer, which
+// sample sized so that it never grows within a line: earlier label values
+// stay valid.
 func (p *Parser) unescape(raw []byte) []byte {
 	s := len(p.scratch)
 	for i := 0; i < len(raw); i++ {
 		c := raw[i]
 		if c == '\\' && i+1 < len(raw) {
 			i++
-			switch raw[i] {
-			case 'n':
+			c = raw[i]
+			if c == 'n' {
 				c = '\n'
-			default:
-				c = raw[i]
 			}
 		}
 		p.scratch = append(p.scratch, c)
@@ -718,7 +895,10 @@ func (p *Parser) result() Page {
 		h, okh := p.slotReading(pr[0])
 		q, okq := p.slotReading(pr[1])
 		if okh && okq {
-			pg.PrefixCacheHits, pg.PrefixCacheQueries = h, q
+			// The first pair present decides, and half a pair is no pair.
+			if h.Known && q.Known {
+				pg.PrefixCacheHits, pg.PrefixCacheQueries = h, q
+			}
 			break
 		}
 	}

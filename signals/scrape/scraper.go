@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"mime"
 	"net"
@@ -615,7 +616,9 @@ func (s *Scraper) fetch(ctx context.Context, t *target) (Page, error) {
 		return fail(ReasonTooLarge, fmt.Errorf("%w: Content-Length %d > %d bytes", ErrPageTooLarge, resp.ContentLength, limit))
 	}
 	t.body.Reset()
-	if _, err := t.body.ReadFrom(io.LimitReader(resp.Body, limit+1)); err != nil {
+	// Read one byte past the cap to tell a page of exactly limit bytes from
+	// a larger one; a cap of math.MaxInt64 cannot be exceeded.
+	if _, err := t.body.ReadFrom(io.LimitReader(resp.Body, min(limit, math.MaxInt64-1)+1)); err != nil {
 		return fail(errReason(ctx, err, ReasonRead), err)
 	}
 	if int64(t.body.Len()) > limit {
