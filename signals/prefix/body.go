@@ -55,9 +55,11 @@ const maxPooledText = 8 << 20
 //     string or ids, or as messages when it is an array of items; the
 //     responses "instructions" render as a leading system message.
 //
-// A body with none of these fields has no blocks and no error. HashBody
-// scans the body once without decoding it into maps (Prompt.Read), does not
-// retain body, and is safe for concurrent use.
+// Of a repeated key the last value stands, as encoding/json and the
+// servers' readers take it, even when it is null. A body with none of
+// these fields has no blocks and no error. HashBody scans the body once
+// without decoding it into maps (Prompt.Read), does not retain body, and
+// is safe for concurrent use.
 func (h *Hasher) HashBody(dst []uint64, model, adapter string, body []byte) (blocks []uint64, promptBytes int, err error) {
 	pr, _ := h.prompts.Get().(*Prompt)
 	if pr == nil {
@@ -317,11 +319,15 @@ func (pr *Prompt) render(body []byte, field func(key []byte, start, end int) err
 			case "input":
 				input = v
 			case "instructions":
+				// After the messages were rendered, a value that renders
+				// something, or one that replaces a value that did (the
+				// last of a repeated key stands, even a null), means
+				// rendering again.
+				late = late || (early && (rendersInstr(body, v) || rendersInstr(body, instr)))
 				instr = v
-				late = late || (early && !isNull(body[v.start:v.end]))
 			case "tools":
+				late = late || (early && (rendersTools(body, v) || rendersTools(body, tools)))
 				tools = v
-				late = late || (early && !isNull(body[v.start:v.end]))
 			}
 			if field != nil {
 				if err := field(key, v.start, v.end); err != nil {
@@ -368,14 +374,22 @@ func (pr *Prompt) render(body []byte, field func(key []byte, start, end int) err
 	return end, nil
 }
 
+// rendersTools reports whether chat renders the tools value at v: any
+// value but null.
+func rendersTools(b []byte, v span) bool { return v.ok() && !isNull(b[v.start:v.end]) }
+
+// rendersInstr reports whether chat renders the instructions value at v: a
+// string.
+func rendersInstr(b []byte, v span) bool { return v.ok() && b[v.start] == '"' }
+
 // chat renders tools, instructions and a messages array.
 func (pr *Prompt) chat(tools, instr, msgs span) error {
 	b := pr.s.b
-	if tools.ok() && !isNull(b[tools.start:tools.end]) {
+	if rendersTools(b, tools) {
 		pr.text = append(pr.text, sepMessage, 't', 'o', 'o', 'l', 's', sepField)
 		pr.text = append(pr.text, b[tools.start:tools.end]...)
 	}
-	if instr.ok() && b[instr.start] == '"' {
+	if rendersInstr(b, instr) {
 		pr.text = append(pr.text, sepMessage, 's', 'y', 's', 't', 'e', 'm', sepField)
 		if !pr.stringAt(instr.start) {
 			return pr.s.fail()

@@ -2,8 +2,10 @@ package prefix
 
 // This file keeps the first version of HashBody's renderer (a streaming
 // block sink fed by a two-pass string scanner), unchanged but for its
-// names, as the reference the current renderer is tested against: the
-// rendered text, and so every block hash, must stay byte-identical.
+// names and one fix (a repeated "tools" or "instructions" whose last value
+// is null after the messages: the last value stands), as the reference the
+// current renderer is tested against: the rendered text, and so every
+// block hash, must stay byte-identical.
 
 import (
 	"bytes"
@@ -118,11 +120,14 @@ func (st *legacyBodyState) render(body []byte) (int, error) {
 			case "input":
 				input = v
 			case "instructions":
+				// The last of a repeated key stands, a null too: render
+				// again if the value rendered with the messages was not
+				// null. (The first version missed that case.)
+				late = late || (early && (!legacyIsNull(body[v.start:v.end]) || instr.ok() && !legacyIsNull(body[instr.start:instr.end])))
 				instr = v
-				late = late || (early && !legacyIsNull(body[v.start:v.end]))
 			case "tools":
+				late = late || (early && (!legacyIsNull(body[v.start:v.end]) || tools.ok() && !legacyIsNull(body[tools.start:tools.end])))
 				tools = v
-				late = late || (early && !legacyIsNull(body[v.start:v.end]))
 			}
 			s.ws()
 			if s.eat(',') {

@@ -1,0 +1,603 @@
+package prefix
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inferroute/inferroute/signals"
+)
+
+// TestRepeatedToolsNullLastWins: of a repeated top-level key the last
+// value stands (the renderer's rule, as for "messages"; encoding/json and
+// the servers' readers agree), a null too. Tools or instructions given
+// before the messages and repeated as null after them (or before them)
+// are not part of the prompt the server sees, and the body hashes as one
+// without them.
+func TestRepeatedToolsNullLastWins(t *testing.T) {
+	h := NewHasher(HashConfig{BlockBytes: 16})
+	msgs := `"messages":[{"role":"user","content":"a message long enough for a few blocks of text"}]`
+	want, wantN, err := h.HashBody(nil, "m", "", []byte(`{`+msgs+`}`))
+	require.NoError(t, err)
+	for _, body := range []string{
+		`{"tools":[{"type":"function","function":{"name":"f"}}],` + msgs + `,"tools":null}`,
+		`{"instructions":"be brief, be kind",` + msgs + `,"instructions":null}`,
+		// The same rule when the later null comes before the messages.
+		`{"tools":[{"type":"function","function":{"name":"f"}}],"tools":null,` + msgs + `}`,
+	} {
+		got, n, err := h.HashBody(nil, "m", "", []byte(body))
+		require.NoError(t, err)
+		assert.Equal(t, wantN, n, body)
+		assert.Equal(t, want, got, body)
+	}
+}
+
+// bodyGen writes random chat bodies: messages with their keys in random
+// order, repeated message keys, escapes, parts, tool calls, random
+// whitespace, and tools and instructions before or after the messages.
+type bodyGen struct {
+	rng *rand.Rand
+	sb  strings.Builder
+}
+
+func (g *bodyGen) ws() {
+	for g.rng.IntN(3) == 0 {
+		g.sb.WriteByte(" \n\t\r"[g.rng.IntN(4)])
+	}
+}
+
+func (g *bodyGen) str(n int) {
+	g.sb.WriteByte('"')
+	for i := 0; i < n; i++ {
+		switch k := g.rng.IntN(40); {
+		case k == 0:
+			g.sb.WriteString(`\n`)
+		case k == 1:
+			g.sb.WriteString(`\"`)
+		case k == 2:
+			g.sb.WriteString(`\u00e9`)
+		case k == 3:
+			g.sb.WriteString(`\ud83d\ude00`)
+		case k == 4:
+			g.sb.WriteString(`\\`)
+		case k == 5:
+			g.sb.WriteString("é")
+		default:
+			g.sb.WriteByte('a' + byte(g.rng.IntN(26)))
+		}
+	}
+	g.sb.WriteByte('"')
+}
+
+func (g *bodyGen) value(kind string) {
+	r := g.rng
+	switch kind {
+	case "role":
+		switch r.IntN(8) {
+		case 0:
+			g.sb.WriteString(`"us\u0065r"`)
+		case 1:
+			g.sb.WriteString(`null`)
+		default:
+			g.sb.WriteString([]string{`"user"`, `"assistant"`, `"system"`, `"tool"`}[r.IntN(4)])
+		}
+	case "name":
+		if r.IntN(5) == 0 {
+			g.sb.WriteString(`null`)
+		} else {
+			g.str(r.IntN(12))
+		}
+	case "content":
+		switch r.IntN(10) {
+		case 0:
+			g.sb.WriteString(`null`)
+		case 1:
+			g.sb.WriteString(`42`)
+		case 2, 3:
+			g.sb.WriteByte('[')
+			n := r.IntN(4)
+			for i := 0; i < n; i++ {
+				if i > 0 {
+					g.sb.WriteByte(',')
+				}
+				g.ws()
+				switch r.IntN(4) {
+				case 0:
+					g.str(r.IntN(90))
+				case 1:
+					g.sb.WriteString(`{"type":"image_url","image_url":{"url":"data:x"}}`)
+				case 2:
+					g.sb.WriteString(`{"text":`)
+					g.str(r.IntN(90))
+					g.sb.WriteString(`,"type":"text"}`)
+				default:
+					g.sb.WriteString(`{"type":"input_text",` + "\n" + `"text":`)
+					g.str(r.IntN(90))
+					g.sb.WriteString(`}`)
+				}
+				g.ws()
+			}
+			g.sb.WriteByte(']')
+		default:
+			g.str(r.IntN(200))
+		}
+	case "tool_calls":
+		if r.IntN(3) == 0 {
+			g.sb.WriteString(`null`)
+		} else {
+			g.sb.WriteString(`[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]`)
+		}
+	case "tool_call_id":
+		if r.IntN(4) == 0 {
+			g.sb.WriteString(`7`)
+		} else {
+			g.str(r.IntN(8))
+		}
+	default:
+		g.sb.WriteString(`{"x":[1,2,{"y":"z"}]}`)
+	}
+}
+
+func (g *bodyGen) message() {
+	r := g.rng
+	keys := []string{"role", "name", "content", "tool_calls", "tool_call_id", "extra"}
+	r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	keys = keys[:r.IntN(len(keys)+1)]
+	if r.IntN(4) == 0 && len(keys) > 0 {
+		keys = append(keys, keys[r.IntN(len(keys))]) // a repeated key
+	}
+	g.sb.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			g.sb.WriteByte(',')
+		}
+		g.ws()
+		g.sb.WriteString(`"` + k + `"`)
+		g.ws()
+		g.sb.WriteByte(':')
+		g.ws()
+		g.value(k)
+		g.ws()
+	}
+	g.sb.WriteByte('}')
+}
+
+func (g *bodyGen) body() string {
+	r := g.rng
+	g.sb.Reset()
+	keys := []string{"model", "messages", "tools", "instructions", "stream", "prompt", "input"}
+	if r.IntN(2) == 0 {
+		keys = keys[:5]
+	}
+	r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	keys = keys[:2+r.IntN(len(keys)-1)]
+	g.ws()
+	g.sb.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			g.sb.WriteByte(',')
+		}
+		g.ws()
+		g.sb.WriteString(`"` + k + `":`)
+		g.ws()
+		switch k {
+		case "model":
+			g.sb.WriteString(`"m"`)
+		case "stream":
+			g.sb.WriteString(`true`)
+		case "tools":
+			if r.IntN(3) == 0 {
+				g.sb.WriteString(`null`)
+			} else {
+				g.sb.WriteString(`[{"type":"function","function":{"name":"get_weather","parameters":{}}}]`)
+			}
+		case "instructions":
+			switch r.IntN(4) {
+			case 0:
+				g.sb.WriteString(`null`)
+			case 1:
+				g.sb.WriteString(`5`)
+			default:
+				g.str(r.IntN(80))
+			}
+		case "prompt", "input":
+			switch r.IntN(6) {
+			case 0:
+				g.sb.WriteString(`[1, 2,3 ,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20]`)
+			case 1:
+				g.sb.WriteString(`[[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17],[4,5]]`)
+			case 2:
+				g.sb.WriteByte('[')
+				g.str(r.IntN(150))
+				g.sb.WriteString(` , `)
+				g.str(r.IntN(30))
+				g.sb.WriteByte(']')
+			case 3:
+				g.sb.WriteByte('[')
+				g.message()
+				g.sb.WriteByte(']')
+			case 4:
+				g.sb.WriteString(`null`)
+			default:
+				g.str(r.IntN(300))
+			}
+		case "messages":
+			g.sb.WriteByte('[')
+			n := r.IntN(6)
+			for j := 0; j < n; j++ {
+				if j > 0 {
+					g.sb.WriteByte(',')
+				}
+				g.ws()
+				g.message()
+				g.ws()
+			}
+			g.sb.WriteByte(']')
+		}
+		g.ws()
+	}
+	g.sb.WriteByte('}')
+	return g.sb.String()
+}
+
+// TestRandomChatBodiesMatchReference renders random chat bodies
+// (random key orders inside messages, repeated message keys, escapes,
+// parts, whitespace, tools and instructions anywhere) and checks HashBody,
+// the bytes count and Prompt.Hash under other models against the
+// encoding/json reference, for several block sizes and caps.
+func TestRandomChatBodiesMatchReference(t *testing.T) {
+	g := &bodyGen{rng: rand.New(rand.NewPCG(11, 12))}
+	compared := 0
+	for i := 0; i < 2500; i++ {
+		body := g.body()
+		ref, ok := referenceRender([]byte(body))
+		if !ok {
+			continue
+		}
+		compared++
+		for _, cfg := range append(testConfigs, HashConfig{BlockBytes: 7}, HashConfig{BlockBytes: 64, MaxBlocks: 2}) {
+			h := NewHasher(cfg)
+			got, n, err := h.HashBody(nil, "m", "", []byte(body))
+			if ref.err {
+				require.ErrorIs(t, err, ErrBadBody, body)
+				continue
+			}
+			require.NoError(t, err, body)
+			require.Equal(t, ref.bytes, n, body)
+			require.Equal(t, ref.hash(h), got, "cfg %+v body %s", cfg, body)
+			pr := h.NewPrompt()
+			_, err = pr.Read([]byte(body), nil)
+			require.NoError(t, err)
+			if ref.tokens {
+				require.Equal(t, h.HashTokens(nil, "m2", "a", ref.ids), pr.Hash(nil, "m2", "a"), body)
+			} else {
+				require.Equal(t, h.HashText(nil, "m2", "a", ref.text), pr.Hash(nil, "m2", "a"), body)
+			}
+			require.Equal(t, got, pr.Hash(nil, "m", ""), "Hash twice: %s", body)
+		}
+	}
+	require.Greater(t, compared, 900)
+}
+
+// TestHashDeterministicAcrossHashers: the hashes are a function of
+// the text, the model, the adapter and the salt only: fresh hashers, a
+// pooled Prompt reused across bodies of other shapes, and concurrent use
+// give the same result.
+func TestHashDeterministicAcrossHashers(t *testing.T) {
+	body := []byte(`{"messages":[{"content":"` + string(text(500, 4)) + `","role":"user"},{"role":"assistant","content":"ok"}]}`)
+	h := NewHasher(HashConfig{})
+	want, _, err := h.HashBody(nil, "m", "a", body)
+	require.NoError(t, err)
+	// 500 bytes of content plus the heads: 8 full 64-byte blocks.
+	require.Len(t, want, 8)
+	other := []byte(`{"prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32]}`)
+	for i := 0; i < 50; i++ {
+		_, _, err := h.HashBody(nil, "m", "a", other)
+		require.NoError(t, err)
+		got, _, err := NewHasher(HashConfig{}).HashBody(nil, "m", "a", body)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+		got, _, err = h.HashBody(nil, "m", "a", body)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	}
+	done := make(chan []uint64, 8)
+	for i := 0; i < 8; i++ {
+		go func() {
+			var last []uint64
+			for j := 0; j < 100; j++ {
+				last, _, _ = h.HashBody(last[:0], "m", "a", body)
+			}
+			done <- last
+		}()
+	}
+	for i := 0; i < 8; i++ {
+		assert.Equal(t, want, <-done)
+	}
+}
+
+// TestIndexCapacityUnderHostileTraffic: per-endpoint capacity holds
+// for one giant prompt, for many distinct prompts, and when the scraped
+// capacity shrinks; entries never exceed the sum of the capacities.
+func TestIndexCapacityUnderHostileTraffic(t *testing.T) {
+	for _, stride := range []int{1, 4} {
+		t.Run(fmt.Sprintf("stride=%d", stride), func(t *testing.T) {
+			ix := newIndex(t, IndexConfig{Stride: stride, DefaultCapacity: 1000})
+			capEntries := (1000 + stride - 1) / stride
+			eps := newEndpoints(3)
+			giant := chain(nil, 50_000, 1)
+			ix.Dispatched(&signals.Request{PromptBlocks: giant}, eps[0])
+			require.Equal(t, capEntries, ix.Entries(eps[0]))
+			// What it kept is the head of the giant prompt.
+			got := match(ix, giant[:capEntries*stride], eps[:1])
+			assert.Equal(t, 1.0, got[0])
+			ix.Completed(&signals.Request{PromptBlocks: giant}, eps[0], signals.Outcome{})
+			require.Equal(t, capEntries, ix.Entries(eps[0]))
+			for i := 0; i < 20_000; i++ {
+				b := chain(nil, 1+i%9, uint64(i+10))
+				ep := eps[i%3]
+				ix.Dispatched(&signals.Request{PromptBlocks: b}, ep)
+				if i%2 == 0 {
+					ix.Completed(&signals.Request{PromptBlocks: b}, ep, signals.Outcome{})
+				}
+				require.LessOrEqual(t, ix.Entries(ep), capEntries)
+			}
+			require.LessOrEqual(t, ix.Stats().Entries, 3*capEntries)
+			// The scrape says the cache is small now: 160 tokens, 10 blocks.
+			eps[1].SetMetrics(&signals.Metrics{BlockSize: 16, NumBlocks: 10})
+			ix.Dispatched(&signals.Request{PromptBlocks: chain(nil, 3, 999)}, eps[1])
+			assert.LessOrEqual(t, ix.Entries(eps[1]), (10+stride-1)/stride)
+			st := ix.Stats()
+			assert.Equal(t, ix.Entries(eps[0])+ix.Entries(eps[1])+ix.Entries(eps[2]), st.Entries)
+		})
+	}
+}
+
+// TestIndexMemoryReturnsAfterEndpointChurn: many endpoints added,
+// filled and removed (by Forget, Retain, restarts) leave the index no
+// larger than one round of them: memory is bounded by what is held now.
+func TestIndexMemoryReturnsAfterEndpointChurn(t *testing.T) {
+	ix := newIndex(t, IndexConfig{Stride: 1, DefaultCapacity: 64})
+	shared := chain(nil, 32, 1)
+	round := func(r int) []*signals.Endpoint {
+		eps := newEndpoints(300)
+		for i, ep := range eps {
+			b := chain(shared[:1+i%32], 20, uint64(r*1000+i))
+			ix.Dispatched(&signals.Request{PromptBlocks: b}, ep)
+		}
+		return eps
+	}
+	var peak int64
+	for r := 0; r < 12; r++ {
+		eps := round(r)
+		st := ix.Stats()
+		require.LessOrEqual(t, st.Entries, 300*64)
+		if r == 1 {
+			peak = st.Bytes
+		}
+		if r > 1 {
+			require.LessOrEqual(t, st.Bytes, peak*11/10, "round %d: memory grows with churn", r)
+		}
+		switch r % 3 {
+		case 0:
+			ix.Forget(eps...)
+		case 1:
+			ix.Retain(nil)
+		default:
+			for _, ep := range eps {
+				ep.MarkRestarted()
+			}
+			ix.Retain(nil)
+		}
+		st = ix.Stats()
+		require.Zero(t, st.Entries, "round %d", r)
+		require.Zero(t, st.Blocks, "round %d", r)
+		require.Zero(t, st.Endpoints, "round %d", r)
+	}
+}
+
+// TestLookupDivergingChains: a chain that diverges midway matches
+// only up to the divergence, to the stride, for every stride and every
+// divergence point, against Lookup, Fill, Fraction and Match.
+func TestLookupDivergingChains(t *testing.T) {
+	for _, stride := range []int{1, 2, 3, 4, 7} {
+		for n := 1; n <= 24; n++ {
+			base := chain(nil, n, 1)
+			for div := 0; div <= n; div++ {
+				q := chain(base[:div], n-div, 77)
+				ix := newIndex(t, IndexConfig{Stride: stride})
+				eps := newEndpoints(2)
+				ix.Dispatched(&signals.Request{PromptBlocks: base}, eps[0])
+				// The reference: the last indexed position of q below div.
+				matched := 0
+				for p := stride - 1; ; p += stride {
+					p = min(p, n-1)
+					if p >= div {
+						break
+					}
+					matched = p + 1
+					if p == n-1 {
+						break
+					}
+				}
+				want := float64(matched) / float64(n)
+				got := match(ix, q, eps)
+				require.InDelta(t, want, got[0], 1e-12, "stride %d n %d div %d", stride, n, div)
+				require.Zero(t, got[1])
+				var m Matches
+				ix.Lookup(&signals.Request{PromptBlocks: q}, &m)
+				require.InDelta(t, want, m.Fraction(eps[0]), 1e-12)
+			}
+		}
+	}
+}
+
+// holdersOf returns the slots of block h's holder set.
+func holdersOf(ix *Index, h uint64) []int32 {
+	v := ix.blocks.Get(h)
+	var out []int32
+	switch v & tagMask {
+	case bitsetTag:
+		for i, w := range ix.set(v) {
+			for ; w != 0; w &= w - 1 {
+				out = append(out, int32(i*64+bitsTrailing(w)))
+			}
+		}
+	case listTag:
+		for _, s := range ix.list(v) {
+			if s >= 0 {
+				out = append(out, s)
+			}
+		}
+	default:
+		for f := 0; f < 3; f++ {
+			if s := int32((v>>(f*fieldBits))&fieldMask) - 1; s >= 0 {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+func bitsTrailing(w uint64) int {
+	n := 0
+	for w&1 == 0 {
+		w >>= 1
+		n++
+	}
+	return n
+}
+
+// checkIndexConsistent checks the index's internal consistency: every entry
+// of an endpoint's LRU is in its block's holder set and back, the counts
+// agree, and capacities hold.
+func checkIndexConsistent(t *testing.T, ix *Index) {
+	t.Helper()
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	total := 0
+	want := map[uint64]map[int32]bool{}
+	for ep, st := range ix.eps {
+		require.Same(t, st, ix.bySlot[st.slot])
+		require.LessOrEqual(t, st.lru.Len(), st.cap, "%s over capacity", ep.Name)
+		n := 0
+		st.lru.Each(func(h uint64) {
+			n++
+			if want[h] == nil {
+				want[h] = map[int32]bool{}
+			}
+			want[h][st.slot] = true
+		})
+		require.Equal(t, st.lru.Len(), n)
+		total += n
+	}
+	require.Equal(t, total, ix.entries)
+	require.Equal(t, len(want), ix.blocks.Len(), "distinct blocks")
+	for h, slots := range want {
+		got := map[int32]bool{}
+		for _, s := range holdersOf(ix, h) {
+			got[s] = true
+		}
+		require.Equal(t, slots, got, "holders of %#x", h)
+	}
+}
+
+// TestIndexConcurrentChurn runs dispatches, completions (failed and
+// not), restarts, capacity changes, Forget, Retain, Lookup and Match from
+// many goroutines over a pool that grows past 64 and 256 slots (bitsets
+// and lists), then checks the index's consistency and bounds.
+func TestIndexConcurrentChurn(t *testing.T) {
+	ix := newIndex(t, IndexConfig{Stride: 2, DefaultCapacity: 60})
+	pool := newEndpoints(400)
+	shared := chain(nil, 40, 1)
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 3))
+			var m Matches
+			out := make([]float64, 64)
+			for i := 0; i < 3000; i++ {
+				ep := pool[rng.IntN(len(pool))]
+				b := chain(shared[:1+rng.IntN(len(shared))], rng.IntN(30), uint64(rng.IntN(50)))
+				req := &signals.Request{PromptBlocks: b}
+				switch op := rng.IntN(100); {
+				case op < 50:
+					ix.Dispatched(req, ep)
+					var out signals.Outcome
+					if rng.IntN(3) == 0 {
+						out.Err = errors.New("refused")
+					}
+					ix.Completed(req, ep, out)
+				case op < 52:
+					ep.MarkRestarted()
+				case op < 54:
+					ix.Forget(ep)
+				case op < 55:
+					ix.Retain(pool[:rng.IntN(len(pool))])
+				case op < 57:
+					ep.SetMetrics(&signals.Metrics{BlockSize: 16, NumBlocks: 1 + rng.IntN(6)})
+				case op < 80:
+					ix.Lookup(req, &m)
+					start := rng.IntN(len(pool) - 64)
+					m.Fill(pool[start:start+64], out)
+					for _, f := range out {
+						if f < 0 || f > 1 {
+							t.Errorf("fraction %v", f)
+							return
+						}
+					}
+				default:
+					start := rng.IntN(len(pool) - 64)
+					ix.Match(req, pool[start:start+64], out)
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	checkIndexConsistent(t, ix)
+	st := ix.Stats()
+	require.LessOrEqual(t, st.Entries, 400*30)
+	ix.Retain(nil)
+	checkIndexConsistent(t, ix)
+	st = ix.Stats()
+	require.Zero(t, st.Entries)
+	require.Zero(t, st.Blocks)
+}
+
+// TestLookupManyDistinctLengths: many endpoints each holding a
+// different prefix of one long prompt (the deepest bisection: one group
+// per endpoint) are all resolved exactly.
+func TestLookupManyDistinctLengths(t *testing.T) {
+	for _, stride := range []int{1, 4} {
+		giant := chain(nil, 5000, 9)
+		eps := newEndpoints(300)
+		ix := newIndex(t, IndexConfig{Stride: stride, DefaultCapacity: 1 << 20})
+		rng := rand.New(rand.NewPCG(5, uint64(stride)))
+		lens := make([]int, len(eps))
+		for i, ep := range eps {
+			lens[i] = 1 + rng.IntN(len(giant))
+			ix.Dispatched(&signals.Request{PromptBlocks: giant[:lens[i]]}, ep)
+		}
+		for _, q := range []int{len(giant), 4999, 1234, 7, 1} {
+			query := giant[:q]
+			got := match(ix, query, eps)
+			for i := range eps {
+				held := map[uint64]bool{}
+				for p, h := range giant[:lens[i]] {
+					if (p+1)%stride == 0 || p == lens[i]-1 {
+						held[h] = true
+					}
+				}
+				require.InDelta(t, refFraction(held, query, stride), got[i], 1e-12, "stride %d query %d endpoint %d (len %d)", stride, q, i, lens[i])
+			}
+		}
+	}
+}
