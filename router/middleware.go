@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -128,7 +127,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		r2 := r.WithContext(NewContext(r.Context(), d))
 		r2.Header = r.Header.Clone()
 		for k := range r2.Header {
-			if slices.Contains(p.strip, http.CanonicalHeaderKey(k)) {
+			if p.stripped(http.CanonicalHeaderKey(k)) {
 				delete(r2.Header, k)
 			}
 		}

@@ -205,17 +205,22 @@ func parseRequest(path string, header http.Header, body []byte, opts ParseOption
 	}
 	p.JSON = true
 	var user, cacheKey, safety string
-	// The output limits by key, -1 when absent or null. A repeated key
-	// takes its last value here as everywhere, as encoding/json does.
-	maxCompletion, maxTokens, maxOutput := -1, -1, -1
+	// The output limits, -1 when absent or null, in their order of
+	// precedence: max_completion_tokens replaces the deprecated max_tokens
+	// of chat completions; max_output_tokens is the responses API's. A
+	// repeated key takes its last value here as everywhere, as
+	// encoding/json does.
+	limits := [...]int{-1, -1, -1}
 	// A value of the wrong type is an error unless a later value of the
-	// same key replaces it: by key, model, stream and the three limits.
-	var typeErrs [5]error
+	// same key replaces it: typeErrs holds the model's, the stream flag's
+	// and each limit's (at typeLimits+i).
+	const typeModel, typeStream, typeLimits = 0, 1, 2
+	var typeErrs [typeLimits + len(limits)]error
 	field := func(key []byte, v0, v1 int) error {
 		v := body[v0:v1]
 		switch string(key) {
 		case "model":
-			typeErrs[0] = nil
+			typeErrs[typeModel] = nil
 			if string(v) == "null" { // no model, as encoding/json reads it
 				p.Model, p.modelStart, p.modelEnd = "", 0, 0
 				break
@@ -223,19 +228,19 @@ func parseRequest(path string, header http.Header, body []byte, opts ParseOption
 			m, ok := stringValue(v)
 			if !ok {
 				p.Model, p.modelStart, p.modelEnd = "", 0, 0
-				typeErrs[0] = fieldErr("model", "a string")
+				typeErrs[typeModel] = fieldErr("model", "a string")
 				break
 			}
 			p.Model, p.modelStart, p.modelEnd = m, v0, v1
 		case "stream":
-			typeErrs[1] = nil
+			typeErrs[typeStream] = nil
 			switch string(v) {
 			case "true":
 				p.Stream = true
 			case "false", "null":
 				p.Stream = false
 			default:
-				typeErrs[1] = fieldErr("stream", "a boolean")
+				typeErrs[typeStream] = fieldErr("stream", "a boolean")
 			}
 		case "stream_options":
 			a, b, ok := lastField(v, "include_usage")
@@ -249,14 +254,14 @@ func parseRequest(path string, header http.Header, body []byte, opts ParseOption
 					n, terr = -1, fieldErr(string(key), "a non-negative integer")
 				}
 			}
+			i := 2 // max_output_tokens
 			switch string(key) {
 			case "max_completion_tokens":
-				maxCompletion, typeErrs[2] = n, terr
+				i = 0
 			case "max_tokens":
-				maxTokens, typeErrs[3] = n, terr
-			default:
-				maxOutput, typeErrs[4] = n, terr
+				i = 1
 			}
+			limits[i], typeErrs[typeLimits+i] = n, terr
 		case "user":
 			user, _ = stringValue(v)
 		case "prompt_cache_key":
@@ -287,9 +292,7 @@ func parseRequest(path string, header http.Header, body []byte, opts ParseOption
 	if p.SessionKey == "" {
 		p.SessionKey = firstNonEmpty(cacheKey, user, safety)
 	}
-	// max_completion_tokens replaces the deprecated max_tokens of chat
-	// completions; max_output_tokens is the responses API's.
-	for _, n := range [...]int{maxCompletion, maxTokens, maxOutput} {
+	for _, n := range limits {
 		if n >= 0 {
 			p.MaxOutputTokens = n
 			break

@@ -396,8 +396,7 @@ func (p *Proxy) readBody(r *http.Request, c *call) error {
 		}
 		if err != nil {
 			c.body = buf[:0]
-			return &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request",
-				Message: "reading the request body: " + err.Error()}
+			return invalidRequest("reading the request body: " + err.Error())
 		}
 	}
 	c.body = buf
@@ -440,15 +439,15 @@ func (p *Proxy) cleanHeader(r *http.Request, reuse http.Header) (http.Header, er
 	}
 	for k, v := range r.Header {
 		ck := http.CanonicalHeaderKey(k) // k itself, unallocated, when canonical
-		if isHopHeader(ck) || slices.Contains(p.strip, ck) {
+		if isHopHeader(ck) || p.stripped(ck) {
 			continue
 		}
 		if !validFieldName(k) {
-			return out, headerErr(k, "is not a valid header field name")
+			return out, invalidRequest(fmt.Sprintf("request header %q is not a valid header field name", k))
 		}
 		for _, s := range v {
 			if !validFieldValue(s) {
-				return out, headerErr(k, "has a control character in its value")
+				return out, invalidRequest(fmt.Sprintf("request header %q has a control character in its value", k))
 			}
 		}
 		if prior, ok := out[ck]; ok { // the same field under another case
@@ -473,10 +472,13 @@ func (p *Proxy) cleanHeader(r *http.Request, reuse http.Header) (http.Header, er
 	return out, nil
 }
 
-// headerErr is the 400 for a request header that cannot be forwarded.
-func headerErr(k, what string) error {
-	return &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request",
-		Message: fmt.Sprintf("request header %q %s", k, what)}
+// stripped reports whether the canonical header key k is a routing header
+// a client may not set (HeaderDestination, Config.StripHeaders).
+func (p *Proxy) stripped(k string) bool { return slices.Contains(p.strip, k) }
+
+// invalidRequest is the 400 for a request the Proxy cannot take as it is.
+func invalidRequest(msg string) *APIError {
+	return &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Message: msg}
 }
 
 // checkRequestLine fails, with an error the client gets as 400, when r's
@@ -487,13 +489,11 @@ func headerErr(k, what string) error {
 // could.
 func checkRequestLine(r *http.Request) error {
 	if !validFieldName(r.Method) {
-		return &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request",
-			Message: fmt.Sprintf("request method %q is not a token", r.Method)}
+		return invalidRequest(fmt.Sprintf("request method %q is not a token", r.Method))
 	}
 	for i := 0; i < len(r.URL.RawQuery); i++ {
 		if c := r.URL.RawQuery[i]; c <= ' ' || c == 0x7f {
-			return &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request",
-				Message: "request query has a space or a control character"}
+			return invalidRequest("request query has a space or a control character")
 		}
 	}
 	return nil
@@ -857,7 +857,9 @@ func (p *Proxy) bufferJSON(w http.ResponseWriter, r *http.Request, c *call, fb *
 		if _, err := w.Write(buf); err != nil {
 			return status, false, err
 		}
-		aborted, err := relay(w, fb)
+		bp := copyBufs.Get().(*[32 << 10]byte)
+		defer copyBufs.Put(bp)
+		aborted, err := relay(w, fb, bp, 0, nil)
 		return status, aborted, err
 	}
 	if u, ok := parseUsage(buf); ok {
@@ -917,32 +919,18 @@ func (p *Proxy) copyBody(w http.ResponseWriter, r *http.Request, fb *firstByte, 
 		return status, false, err
 	}
 	w.WriteHeader(status)
-	if n > 0 {
-		if _, werr := w.Write(bp[:n]); werr != nil {
-			return status, false, werr
-		}
-		_ = http.NewResponseController(w).Flush()
-	}
-	if rerr == io.EOF {
-		return status, false, nil
-	}
-	if rerr != nil {
-		return status, true, fmt.Errorf("%w: %w", ErrStreamBroken, rerr)
-	}
-	aborted, err := relay(w, fb)
+	aborted, err := relay(w, fb, bp, n, rerr)
 	return status, aborted, err
 }
 
-// relay copies the rest of a response body whose head (and perhaps some of
-// it) the client already has, flushing after each read. It reports aborted
-// when the body broke off, which the handler must turn into an aborted
-// response: a truncated body must not look complete.
-func relay(w http.ResponseWriter, fb *firstByte) (aborted bool, err error) {
+// relay sends bp[:n] and rerr, the last read of a response body whose head
+// the client already has, and copies the rest through bp, flushing after
+// each read. It reports aborted when the body broke off, which the handler
+// must turn into an aborted response: a truncated body must not look
+// complete.
+func relay(w http.ResponseWriter, fb *firstByte, bp *[32 << 10]byte, n int, rerr error) (aborted bool, err error) {
 	rc := http.NewResponseController(w)
-	bp := copyBufs.Get().(*[32 << 10]byte)
-	defer copyBufs.Put(bp)
 	for {
-		n, rerr := fb.Read(bp[:])
 		if n > 0 {
 			if _, werr := w.Write(bp[:n]); werr != nil {
 				return false, werr
@@ -955,10 +943,11 @@ func relay(w http.ResponseWriter, fb *firstByte) (aborted bool, err error) {
 		if rerr != nil {
 			return true, fmt.Errorf("%w: %w", ErrStreamBroken, rerr)
 		}
+		n, rerr = fb.Read(bp[:])
 	}
 }
 
-// copyBufs are the 32 KiB buffers of copyBody.
+// copyBufs are the 32 KiB buffers of copyBody and relay.
 var copyBufs = sync.Pool{New: func() any { return new([32 << 10]byte) }}
 
 // eventStream is the media type of a server-sent event stream, the one

@@ -555,7 +555,7 @@ func (pc *h1Conn) readHead(interim bool) (*h1Response, error) {
 			return nil, errors.New("inferroute router: response headers too long")
 		}
 		lines++
-		if l := raw[lineStart:]; len(l) <= 2 && (l[0] == '\n' || (l[0] == '\r' && len(l) == 2)) {
+		if isBlankLine(raw[lineStart:]) {
 			break
 		}
 		lineStart = len(raw)
@@ -565,6 +565,12 @@ func (pc *h1Conn) readHead(interim bool) (*h1Response, error) {
 	}
 	// One string for the whole head: keys and values are substrings of it.
 	return parseHead(string(raw), lines)
+}
+
+// isBlankLine reports whether line, ending in LF, is the empty line that
+// ends a header or trailer section: LF or CRLF.
+func isBlankLine(line []byte) bool {
+	return len(line) <= 2 && (line[0] == '\n' || (line[0] == '\r' && len(line) == 2))
 }
 
 // parseHead parses a status line and header section (with its ending blank
@@ -957,7 +963,7 @@ func (b *h1Body) skipTrailer() error {
 			partial = true
 			continue
 		}
-		if !partial && len(line) <= 2 && (line[0] == '\n' || (line[0] == '\r' && len(line) == 2)) {
+		if !partial && isBlankLine(line) {
 			return nil
 		}
 		partial = false

@@ -372,13 +372,22 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	for k := range m2 {
 		assert.NotContains(t, k, "no-such-model", "client-chosen model names must not become label values")
 	}
-	select {
-	case <-failing:
-		rt, ok := sum(m2, "inferroute_router_retries_total", `pool="llama"`)
-		assert.True(t, ok && rt >= 1, "a 5xx from the broken pod was retried and counted")
-	default:
-		t.Log("the broken pod was never picked; retries not checked")
+	// The picker may not have chosen the broken pod yet: send requests
+	// (each still answered 200 by the retry) until it has, a bounded number.
+	picked := func() bool {
+		select {
+		case <-failing:
+			return true
+		default:
+			return false
+		}
 	}
+	for i := 0; i < 200 && !picked(); i++ {
+		require.Equal(t, 200, post(chat))
+	}
+	require.True(t, picked(), "the broken pod was not picked in 200 requests")
+	rt, ok := sum(scrapeGateway(t, url), "inferroute_router_retries_total", `pool="llama"`)
+	assert.True(t, ok && rt >= 1, "a 5xx from the broken pod was retried and counted")
 	_, ok = sum(m2, "go_goroutines")
 	assert.True(t, ok, "Go runtime metrics")
 	_, ok = sum(m2, "inferroute_picks_total")
@@ -508,13 +517,14 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// needPorts skips the test when one of the README's fixed ports is taken.
+// needPorts fails the test, saying why, when one of the README's fixed
+// ports is taken: the README's commands would fail there too.
 func needPorts(t *testing.T, addrs ...string) {
 	t.Helper()
 	for _, a := range addrs {
 		ln, err := net.Listen("tcp", a)
 		if err != nil {
-			t.Skipf("%s is in use: %v", a, err)
+			t.Fatalf("the README's commands need %s free: %v", a, err)
 		}
 		_ = ln.Close()
 	}
@@ -660,9 +670,6 @@ func sseData(body string) []string {
 // root), then every curl command of its "curl" section, and checks the
 // answers are what the README says.
 func TestREADMECurl(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go run")
-	}
 	needPorts(t, "127.0.0.1:8080", "127.0.0.1:8001", "127.0.0.1:8002")
 	root := repoRoot(t)
 	var logs syncBuf
@@ -755,9 +762,6 @@ func TestREADMECurl(t *testing.T) {
 // TestREADMEDemo runs `go run ./examples/gateway --demo` from the
 // repository root as the README says and its two curl commands.
 func TestREADMEDemo(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go run")
-	}
 	needPorts(t, "127.0.0.1:8080")
 	root := repoRoot(t)
 	var out syncBuf
@@ -812,9 +816,6 @@ func TestREADMEDemo(t *testing.T) {
 // -pprof, and go tool pprof -top against it, with a 1 s profile instead of
 // the README's 10 s.
 func TestREADMEPprof(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go run and a profile")
-	}
 	needPorts(t, "127.0.0.1:8080", "127.0.0.1:6060")
 	root := repoRoot(t)
 	var logs syncBuf
