@@ -1,9 +1,11 @@
 package prefix
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,188 @@ import (
 
 	"github.com/inferroute/inferroute/signals"
 )
+
+// craftedTextBlock returns a 64-byte block whose lanes fold to 0: a block
+// that made the chaining multiply of the first version of the hash
+// (mum(lanes, prev^k)) take a zero operand, and so hash to 0 whatever the
+// chain before it (the model, the adapter, the salt, the earlier blocks).
+func craftedTextBlock() []byte { return craftedTextBlockFolding(0) }
+
+// craftedTextBlockFolding returns a 64-byte block whose lanes fold to v:
+// a^c^d^e^p1 = v, with the lanes c, d and e zero.
+func craftedTextBlockFolding(v uint64) []byte {
+	b := make([]byte, 64)
+	binary.LittleEndian.PutUint64(b[0:], p1^1)    // a = mum(1, w1^p0) = w1^p0
+	binary.LittleEndian.PutUint64(b[8:], v^p1^p0) // a = v^p1
+	binary.LittleEndian.PutUint64(b[16:], p2)     // c = 0
+	binary.LittleEndian.PutUint64(b[24:], 0x1111111111111111)
+	binary.LittleEndian.PutUint64(b[32:], p3) // d = 0
+	binary.LittleEndian.PutUint64(b[40:], 0x2222222222222222)
+	binary.LittleEndian.PutUint64(b[48:], p0) // e = 0
+	binary.LittleEndian.PutUint64(b[56:], 0x3333333333333333)
+	return b
+}
+
+// craftedTokenBlock is craftedTextBlock for a 16-id token block.
+func craftedTokenBlock() []int { return craftedTokenBlockFolding(0) }
+
+// craftedTokenBlockFolding is craftedTextBlockFolding for a 16-id token
+// block: a^c^d^e^p3 = v.
+func craftedTokenBlockFolding(v uint64) []int {
+	ids := make([]int, 16)
+	put := func(i int, w uint64) { ids[i], ids[i+1] = int(uint32(w)), int(uint32(w>>32)) }
+	put(0, p1^1)    // a = pair(t2,t3)^p0
+	put(2, v^p3^p0) // a = v^p3
+	put(4, p2)      // c = 0
+	put(8, p3)      // d = 0
+	put(12, p0)     // e = 0
+	for i := range ids {
+		if ids[i] == 0 {
+			ids[i] = 7 + i
+		}
+	}
+	return ids
+}
+
+// TestCraftedTokenBlockMatchesAcrossModels: the chain is seeded with
+// the model, the adapter and the salt so that "the same text under another
+// adapter shares nothing", whatever the blocks hold: a block of 16 token
+// ids whose lanes fold to 0 (which erased the seed from the first version
+// of the hash) still hashes apart under another model, adapter and salt,
+// through HashTokens and HashBody, and an index holding the prompt under
+// one model holds nothing of it under the other.
+func TestCraftedTokenBlockMatchesAcrossModels(t *testing.T) {
+	ids := append(craftedTokenBlock(), make([]int, 48)...)
+	for i := 16; i < len(ids); i++ {
+		ids[i] = 1000 + i
+	}
+	h1 := NewHasher(HashConfig{})
+	h2 := NewHasher(HashConfig{Salt: "tenant-b"})
+	a := h1.HashTokens(nil, "model-a", "", ids)
+	b := h2.HashTokens(nil, "model-b", "lora-x", ids)
+	require.Len(t, a, 4)
+	// Plain text ids through a body, as a client would send them.
+	var sb strings.Builder
+	sb.WriteString(`{"model":"model-b","prompt":[`)
+	for i, id := range ids {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(strconv.Itoa(id))
+	}
+	sb.WriteString(`]}`)
+	c, _, err := h2.HashBody(nil, "model-b", "lora-x", []byte(sb.String()))
+	require.NoError(t, err)
+	require.Equal(t, b, c)
+
+	for i := range a {
+		assert.NotEqual(t, a[i], b[i], "block %d: same ids under another model, adapter and salt must not share a hash", i)
+	}
+	ix := newIndex(t, IndexConfig{})
+	ep := newEndpoints(1)
+	ix.Dispatched(&signals.Request{Model: "model-a", PromptBlocks: a}, ep[0])
+	got := match(ix, b, ep)
+	assert.Zero(t, got[0], "an endpoint holding model-a's prompt holds nothing of model-b's")
+}
+
+// TestCraftedTextBlockBreaksChain: block i's hash covers every block
+// before it, so two prompts that differ in their first block share
+// nothing, even past a 64-byte text block whose lanes fold to 0 (which
+// erased the chain in the first version of the hash): their hashes differ
+// from that block on and the index matches nothing.
+func TestCraftedTextBlockBreaksChain(t *testing.T) {
+	h := NewHasher(HashConfig{})
+	tail := text(64*4, 3)
+	p := append(append(append([]byte{}, text(64*3, 1)...), craftedTextBlock()...), tail...)
+	q := append(append(append([]byte{}, text(64*3, 2)...), craftedTextBlock()...), tail...)
+	hp := h.HashText(nil, "m", "", p)
+	hq := h.HashText(nil, "m", "", q)
+	require.Len(t, hp, 8)
+	require.NotEqual(t, hp[0], hq[0], "the prompts differ in their first block")
+	for i := 3; i < len(hp); i++ {
+		assert.NotEqual(t, hp[i], hq[i], "block %d: the chains diverged at block 0", i)
+	}
+
+	ix := newIndex(t, IndexConfig{}) // stride 4: blocks 3 and 7 indexed
+	ep := newEndpoints(1)
+	ix.Dispatched(&signals.Request{PromptBlocks: hp}, ep[0])
+	got := match(ix, hq, ep)
+	assert.Zero(t, got[0], "a chain that diverges at block 0 matches nothing")
+}
+
+// TestBlockHashKeepsTheChain: whatever a block holds, its hash is a
+// bijection of the chain value before it, so no block erases the chain:
+// blocks whose lanes fold to 0 (mum(0, x) = 0), 1 (mum(1, x) = x, which
+// made mum(...) ^ prev a constant) or a power of two (mum a rotation) hash
+// apart from distinct chain values, in hashBlocks64, hashBytes and
+// hashTokens alike; and seeds stay apart through adapters and salts whose
+// words made the first version of hashString return 0 or forget the seed.
+func TestBlockHashKeepsTheChain(t *testing.T) {
+	prevs := []uint64{0, 1, 2, 3, p0, p1, p2, p3, p2 ^ 64, p2 ^ 16, ^uint64(0), 1 << 63, 0xdeadbeef}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 50 {
+		prevs = append(prevs, rng.Uint64())
+	}
+	distinct := func(t *testing.T, what string, f func(prev uint64) uint64) {
+		t.Helper()
+		seen := map[uint64]uint64{}
+		for _, prev := range prevs {
+			h := f(prev)
+			if q, dup := seen[h]; dup {
+				t.Fatalf("%s: chains %#x and %#x both hash to %#x", what, q, prev, h)
+			}
+			seen[h] = prev
+		}
+	}
+	for _, v := range []uint64{0, 1, 2, 1 << 32, 1 << 63, p1, p2 ^ 64, ^uint64(0)} {
+		blk := craftedTextBlockFolding(v)
+		distinct(t, fmt.Sprintf("hashBlocks64, fold %#x", v), func(prev uint64) uint64 {
+			_, last := hashBlocks64(make([]uint64, 0, 1), prev, blk)
+			return last
+		})
+		distinct(t, fmt.Sprintf("hashBytes, fold %#x", v), func(prev uint64) uint64 { return hashBytes(prev, blk) })
+		ids := craftedTokenBlockFolding(v)
+		distinct(t, fmt.Sprintf("hashTokens, fold %#x", v), func(prev uint64) uint64 { return hashTokens(prev, ids) })
+		// Through the public API: two models, adapters and salts.
+		txt := append(append([]byte{}, blk...), text(64, 5)...)
+		a := NewHasher(HashConfig{}).HashText(nil, "model-a", "", txt)
+		b := NewHasher(HashConfig{Salt: "s"}).HashText(nil, "model-b", "lora", txt)
+		for i := range a {
+			assert.NotEqual(t, a[i], b[i], "fold %#x: text block %d", v, i)
+		}
+		ta := NewHasher(HashConfig{}).HashTokens(nil, "model-a", "", ids)
+		tb := NewHasher(HashConfig{Salt: "s"}).HashTokens(nil, "model-b", "lora", ids)
+		assert.NotEqual(t, ta, tb, "fold %#x: token block", v)
+	}
+	// Strings whose words zeroed the first hashString: a 16-byte chunk
+	// starting with p2, a tail starting with p3.
+	word := func(w uint64) string {
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], w)
+		return string(b[:])
+	}
+	for _, s := range []string{word(p2) + "12345678", word(p3), word(p3) + "x", word(p2) + "12345678" + word(p3)} {
+		distinct(t, fmt.Sprintf("hashString %q", s), func(prev uint64) uint64 { return hashString(prev, s) })
+		a := NewHasher(HashConfig{}).seed(domainText, "model-a", s)
+		b := NewHasher(HashConfig{}).seed(domainText, "model-b", s)
+		assert.NotEqual(t, a, b, "adapter %q", s)
+		a = NewHasher(HashConfig{Salt: s}).seed(domainText, "model-a", "")
+		b = NewHasher(HashConfig{Salt: s}).seed(domainText, "model-a", "lora")
+		assert.NotEqual(t, a, b, "salt %q", s)
+	}
+}
+
+// TestBlocksDoNotCommute: the chain is not a plain XOR of the blocks' own
+// hashes: the same blocks in another order end on another hash.
+func TestBlocksDoNotCommute(t *testing.T) {
+	h := NewHasher(HashConfig{})
+	a, b := text(64, 1), text(64, 2)
+	ab := h.HashText(nil, "m", "", append(append([]byte{}, a...), b...))
+	ba := h.HashText(nil, "m", "", append(append([]byte{}, b...), a...))
+	assert.NotEqual(t, ab[1], ba[1])
+	aba := h.HashText(nil, "m", "", append(append(append([]byte{}, a...), b...), a...))
+	assert.NotEqual(t, aba[0], aba[2], "a block repeated does not cancel")
+}
 
 // TestRepeatedToolsNullLastWins: of a repeated top-level key the last
 // value stands (the renderer's rule, as for "messages"; encoding/json and

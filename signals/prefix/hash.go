@@ -192,6 +192,28 @@ func grow(dst []uint64, n int) []uint64 {
 // and constants follow Wang Yi's wyhash (final version 4,
 // github.com/wangyi-fudan/wyhash, public domain); the code is written here
 // and the layout differs (fixed lanes per block, chained through prev).
+//
+// A block's lanes are folded into one word f, which does not depend on the
+// chain, and the block is chained by link: f ^ perm(prev), where perm is a
+// fixed bijection. The chain value must not be an operand of mum:
+// mum(0, x) = 0 and mum(1, x) = x, and as the constants are public a block
+// can be written so that the operand it controls is 0 or 1 (or a power of
+// two, which makes mum a rotation). A final mum(f, prev^k) then made that
+// block's hash 0 or a constant whatever came before it (the model, the
+// adapter, the salt, the earlier blocks): prompts of different models or
+// salts shared every hash from that block on. mum(f, prev^k) ^ prev does
+// not help either, as with f = 1 it is the constant k. With link, the hash
+// of a block is, for every content of the block, a bijection of prev: no
+// input erases or merges the chain, and two chains that differ before a
+// block still differ after it.
+//
+// The hash is not cryptographic: f is easy to steer, as the lanes are, so
+// whoever knows a chain value can write blocks whose hashes under it are
+// what they choose. The seed keeps models, adapters and salts apart for
+// any content of the blocks, but not against a client that knows another
+// seed (a public model name and an empty or known salt) and sets out to
+// collide with a prompt under it; against that, give each tenant a salt
+// of its own that it does not know.
 const (
 	p0 = 0xa0761d6478bd642f
 	p1 = 0xe7037ed1a0b428db
@@ -203,6 +225,23 @@ const (
 func mum(a, b uint64) uint64 {
 	hi, lo := bits.Mul64(a, b)
 	return hi ^ lo
+}
+
+// link chains a block, whose own mix is f, on the previous chain value:
+// f ^ perm(prev), with perm(x) = (x ^ x>>30) * m, the first round of
+// SplitMix64's finalizer (Steele, Lea and Flood, "Fast splittable
+// pseudorandom number generators", OOPSLA 2014; m from David Stafford's
+// "Mix13"). An xorshift and a multiply by an odd constant are both
+// invertible, so perm is a bijection and link is one in prev for every f:
+// whatever a block holds, its hash still determines the chain before it
+// (see the comment on the constants above). f ^ prev would be a bijection
+// too, but blocks would commute: [A, B] and [B, A] would end on the same
+// hash. On the chain's critical path link costs what the final mum it
+// replaces did (a shift, two xors and a 64-bit multiply, for an xor, a
+// 128-bit multiply and an xor), f is computed off that path, and a block
+// takes as many multiplies as before.
+func link(prev, f uint64) uint64 {
+	return f ^ (prev^prev>>30)*0xbf58476d1ce4e5b9
 }
 
 func le64(p []byte) uint64 { return binary.LittleEndian.Uint64(p) }
@@ -223,7 +262,7 @@ func hashBlocks64(dst []uint64, prev uint64, b []byte) ([]uint64, uint64) {
 		c := mum(le64(blk[16:])^p2, le64(blk[24:])^p1)
 		d := mum(le64(blk[32:])^p3, le64(blk[40:])^p2)
 		e := mum(le64(blk[48:])^p0, le64(blk[56:])^p3)
-		prev = mum(a^c^d^e^p1, prev^p2^64)
+		prev = link(prev, a^c^d^e^p1^64)
 		out[k] = prev
 	}
 	return dst[:n+len(out)], prev
@@ -249,7 +288,7 @@ func hashBytes(prev uint64, b []byte) uint64 {
 		copy(t[:], b)
 		c = mum(le64(t[0:])^p2, le64(t[8:])^c^uint64(len(b)))
 	}
-	return mum(a^c^d^e^p1, prev^p2^n)
+	return link(prev, a^c^d^e^p1^n)
 }
 
 // hashTokens hashes a block of token ids chained on prev; each pair of
@@ -273,19 +312,21 @@ func hashTokens(prev uint64, t []int) uint64 {
 		copy(w[:], t)
 		c = mum(pair(w[0], w[1])^p2, pair(w[2], w[3])^c^uint64(len(t)))
 	}
-	return mum(a^c^d^e^p3, prev^p2^n)
+	return link(prev, a^c^d^e^p3^n)
 }
 
 func pair(x, y int) uint64 { return uint64(uint32(x)) | uint64(uint32(y))<<32 }
 
 // hashString folds s into seed; it seeds chains and is not on a hot path.
+// Each 16 bytes are chained by link like a block, so that no string (an
+// adapter or a salt) erases the seed before it (the model).
 func hashString(seed uint64, s string) uint64 {
-	h := mum(seed^p0, uint64(len(s))^p1)
+	h := link(seed, mum(uint64(len(s))^p0, p1))
 	for len(s) >= 16 {
-		h = mum(binary.LittleEndian.Uint64([]byte(s[:8]))^p2, binary.LittleEndian.Uint64([]byte(s[8:16]))^h)
+		h = link(h, mum(binary.LittleEndian.Uint64([]byte(s[:8]))^p2, binary.LittleEndian.Uint64([]byte(s[8:16]))^p1))
 		s = s[16:]
 	}
 	var t [16]byte
 	copy(t[:], s)
-	return mum(le64(t[0:])^p3, le64(t[8:])^h^p1)
+	return link(h, mum(le64(t[0:])^p3, le64(t[8:])^p0))
 }
