@@ -132,6 +132,29 @@ func TestConstantInputsLearnTheTarget(t *testing.T) {
 	}
 }
 
+// TestNoForgettingOutlierFirstSample: for every forgetting factor,
+// including 1 (no forgetting) and factors close to it, no single
+// observation dominates: the relative weights are divided by a running
+// geometric mean that forgets as the samples do, so after one short first
+// observation (a 1 ms TTFT, at the floor) 300 observations of 2 s bring
+// the prediction to 2 s.
+func TestNoForgettingOutlierFirstSample(t *testing.T) {
+	for _, lambda := range []float64{0.97, 0.999, 1} {
+		t.Run(fmt.Sprint(lambda), func(t *testing.T) {
+			clk := newFakeClock()
+			p := New(Config{Clock: clk, Forgetting: lambda})
+			ep := signals.NewEndpoint(signals.EndpointSpec{Name: "a"})
+			serveOnce(p, ep, clk, 2000, signals.Outcome{TTFT: time.Millisecond})
+			for i := 0; i < 300; i++ {
+				serveOnce(p, ep, clk, 2000, signals.Outcome{TTFT: 2 * time.Second})
+			}
+			v, ok := p.PredictTTFT(&signals.Request{PromptTokens: 2000}, ep, 0)
+			require.True(t, ok)
+			assert.InEpsilon(t, 2.0, v, 0.1, "after 300 observations of 2 s (and one of 1 ms) the prediction is %.3f s", v)
+		})
+	}
+}
+
 // TestSpeedUpIsTracked: the mirror of TestPredictorDetectsSlowdown:
 // a 1× endpoint that becomes 4× must be ranked ahead of a 2× one within
 // the documented horizon (half absorbed after ~23 observations).

@@ -69,7 +69,7 @@ type model struct {
 	theta  [maxDim]float64
 	n      float64 // Σ λ^(n−k): the effective number of samples
 	floor  float64 // smallest scale of a target, for the relative weights
-	wMean  float64 // exponentially weighted mean of the log raw weights
+	wMean  float64 // mean of the log raw weights, weighted like the samples
 }
 
 // reset starts the model over at the given prior. floor is the smallest
@@ -93,8 +93,10 @@ func (m *model) reset(dim int, lambda, floor float64, reg, prior *[maxDim]float6
 // below by y/4 and floor: the smaller one so that an observation far from
 // the model (a slowdown, a speed-up) is not down-weighted, which would
 // slow tracking; the bounds so that no single observation dominates. The
-// weights are divided by their running geometric mean so that the ridge
-// strengths keep their meaning of "prior samples".
+// weights are divided by their running geometric mean, in which the past
+// weights are forgotten as the samples are (with λ = 1, the geometric mean
+// of all of them), so that the ridge strengths keep their meaning of
+// "prior samples".
 func (m *model) update(x *[maxDim]float64, y float64) {
 	d, l := m.dim, m.lambda
 	var xs [maxDim]float64 // x without subnormal dust (see tiny)
@@ -103,11 +105,13 @@ func (m *model) update(x *[maxDim]float64, y float64) {
 	}
 	s := max(min(dot(&m.theta, &xs, d), y), y/4, m.floor)
 	lw := -2 * math.Log(s)
-	if m.n == 0 {
-		m.wMean = lw
-	} else {
-		m.wMean = l*m.wMean + (1-l)*lw
-	}
+	// The mean of the log weights with the statistics' own forgetting:
+	// Σ λ^(n−k) lw_k / Σ λ^(n−k), over m.n = Σ λ^(n−k) before this sample.
+	// It is the plain mean while the samples are fewer than the memory
+	// 1/(1−λ) and then tends to the rate-(1−λ) average; a fixed rate from
+	// the first sample on would stay at that sample's weight for about
+	// 1/(1−λ) samples, for ever with λ = 1, and let it dominate them all.
+	m.wMean += (lw - m.wMean) / (l*m.n + 1)
 	w := math.Exp(lw - m.wMean)
 	for i := 0; i < d; i++ {
 		m.b[i] = flush(l*m.b[i] + w*xs[i]*y)
