@@ -2,6 +2,7 @@ package picker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/inferroute/inferroute/scorer"
 	"github.com/inferroute/inferroute/signals"
+	"github.com/inferroute/inferroute/signals/prefix"
 )
 
 // edgeNoSources are the options that keep the default prefix index and
@@ -433,4 +435,38 @@ func TestHugeWeightsOverflowTotals(t *testing.T) {
 		res.Done(DoneInfo{})
 	}
 	assert.Equal(t, 40, wins["a"], "a has the emptier cache and the same queue: %v", wins)
+}
+
+// TestOutcomeCarriesDispatchGeneration: the picker reports each outcome to
+// its observers with the generation of the endpoint when the request was
+// dispatched, whatever the caller gave Done, so that a prefix index tells
+// the late failure of a request sent before the server restarted from a
+// failure of its new generation: the placement of the request dispatched
+// since stays.
+func TestOutcomeCarriesDispatchGeneration(t *testing.T) {
+	a := ep("a", 0, 0, 0)
+	ix, err := prefix.NewIndex(prefix.IndexConfig{Stride: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, ix.Close()) })
+	p, _ := newPicker(t, Config{Scorers: []Plugin{{Name: scorer.ScorerQueue, Weight: 1}}}, []*signals.Endpoint{a},
+		WithPrefixMatcher(ix), WithLatencyEstimator(signals.NoLatencyEstimator{}))
+	blocks := []uint64{0x11, 0x22, 0x33, 0x44}
+	cached := func() float64 {
+		out := make([]float64, 1)
+		ix.Match(&signals.Request{PromptBlocks: blocks}, []*signals.Endpoint{a}, out)
+		return out[0]
+	}
+
+	old, err := p.Pick(context.Background(), &signals.Request{PromptBlocks: blocks, PromptTokens: 64})
+	require.NoError(t, err)
+	a.MarkRestarted()
+	fresh, err := p.Pick(context.Background(), &signals.Request{PromptBlocks: blocks, PromptTokens: 64})
+	require.NoError(t, err)
+	require.Same(t, a, fresh.Endpoint)
+	// The caller's Generation (here the current one) is replaced by the
+	// one the request was dispatched to.
+	old.Done(DoneInfo{Err: errors.New("connection reset by the restart"), Generation: a.Generation()})
+	assert.Equal(t, 1.0, cached(), "the late failure took away the placement of the request in flight")
+	fresh.Done(DoneInfo{TTFT: time.Millisecond})
+	assert.Equal(t, 1.0, cached())
 }

@@ -311,6 +311,7 @@ func (p *Picker) Pick(ctx context.Context, req *signals.Request) (Result, error)
 
 	ep := rec.ep
 	rec.mark = ep.HealthMark()
+	rec.epGen = ep.Generation()
 	rec.tokens = int(float64(req.PromptTokens) * (1 - rec.cached[best]))
 	ep.Dispatch(rec.tokens)
 	ep.StartPrefill(rec.tokens)
@@ -424,6 +425,7 @@ type record struct {
 	req    *signals.Request
 	ep     *signals.Endpoint
 	mark   uint64 // ep's HealthMark when it was picked
+	epGen  uint64 // ep's Generation when it was picked
 	tokens int
 	n      int
 
@@ -474,6 +476,7 @@ func (r *record) finish(gen uint64, info DoneInfo) {
 	case info.Err == nil:
 		ep.ReportSuccess(r.mark)
 	}
+	info.Generation = r.epGen
 	for _, o := range p.observers {
 		o.Completed(req, ep, info)
 	}

@@ -84,6 +84,13 @@ type Outcome struct {
 	// tokens took to generate; observers that learn per-token timing skip
 	// such outcomes. The zero value (streamed, or unknown) keeps them.
 	Buffered bool
+	// Generation is the endpoint's Generation when the request was
+	// dispatched to it. The picker sets it, replacing whatever the caller
+	// of Done gave, before it reports the outcome to its observers, so
+	// that they can tell the late completion of a request sent to an
+	// earlier generation (before a restart, or before the endpoint went
+	// down) from one of the endpoint's current generation.
+	Generation uint64
 }
 
 // Clock tells the time. The library reads time only through a Clock so that

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -784,4 +785,68 @@ func TestLookupManyDistinctLengths(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestCompletionFromEarlierGenerationChangesNothing: a completion of a
+// request dispatched to an earlier generation of an endpoint (its
+// Outcome.Generation, which the picker sets, is not the current one)
+// changes nothing, even after the endpoint's state was reset for its new
+// generation by a dispatch or by Retain: a late success (or a failure
+// after the first token) does not put the old request's prefix back on the
+// restarted server, and a late failure does not take away the placement
+// of a request dispatched since. A completion from before Forget, once the
+// endpoint is back in the same generation, confirms its blocks: the same
+// server process computed them.
+func TestCompletionFromEarlierGenerationChangesNothing(t *testing.T) {
+	old := chain(nil, 16, 1)
+	fresh := chain(nil, 16, 2)
+	t.Run("late success after a restart", func(t *testing.T) {
+		ix := newIndex(t, IndexConfig{})
+		ep := newEndpoints(1)[0]
+		oldReq := &signals.Request{PromptBlocks: old}
+		gen := ep.Generation()
+		ix.Dispatched(oldReq, ep)
+		ep.MarkRestarted()
+		ix.Dispatched(&signals.Request{PromptBlocks: fresh}, ep) // the new generation's first request
+		ix.Completed(oldReq, ep, signals.Outcome{TTFT: time.Second, Err: errors.New("stream cut by the restart"), Generation: gen})
+		assert.Zero(t, match(ix, old, []*signals.Endpoint{ep})[0], "the restarted server does not hold the old prompt")
+		assert.Equal(t, 4, ix.Entries(ep), "only the new request's entries")
+	})
+	t.Run("late failure after a restart", func(t *testing.T) {
+		ix := newIndex(t, IndexConfig{})
+		ep := newEndpoints(1)[0]
+		oldReq := &signals.Request{PromptBlocks: old}
+		gen := ep.Generation()
+		ix.Dispatched(oldReq, ep)
+		ep.MarkRestarted()
+		newReq := &signals.Request{PromptBlocks: old}
+		ix.Dispatched(newReq, ep) // the same prompt, in flight on the new generation
+		ix.Completed(oldReq, ep, signals.Outcome{Err: errors.New("refused"), Generation: gen})
+		assert.Equal(t, 1.0, match(ix, old, []*signals.Endpoint{ep})[0],
+			"the failure of a request from before the restart takes away the placement of the one in flight")
+		ix.Completed(newReq, ep, signals.Outcome{Generation: ep.Generation()})
+		assert.Equal(t, 1.0, match(ix, old, []*signals.Endpoint{ep})[0], "the new request's success confirms it")
+	})
+	t.Run("late success after Retain", func(t *testing.T) {
+		ix := newIndex(t, IndexConfig{})
+		ep := newEndpoints(1)[0]
+		oldReq := &signals.Request{PromptBlocks: old}
+		gen := ep.Generation()
+		ix.Dispatched(oldReq, ep)
+		ep.MarkRestarted()
+		ix.Retain([]*signals.Endpoint{ep})
+		ix.Completed(oldReq, ep, signals.Outcome{Generation: gen})
+		assert.Zero(t, match(ix, old, []*signals.Endpoint{ep})[0])
+		assert.Zero(t, ix.Entries(ep))
+	})
+	t.Run("success after Forget and back in the same generation", func(t *testing.T) {
+		ix := newIndex(t, IndexConfig{})
+		ep := newEndpoints(1)[0]
+		oldReq := &signals.Request{PromptBlocks: old}
+		ix.Dispatched(oldReq, ep)
+		ix.Forget(ep) // left the pool, not restarted
+		ix.Dispatched(&signals.Request{PromptBlocks: fresh}, ep)
+		ix.Completed(oldReq, ep, signals.Outcome{Generation: ep.Generation()})
+		assert.Equal(t, 1.0, match(ix, old, []*signals.Endpoint{ep})[0], "the server computed the prompt")
+	})
 }

@@ -302,11 +302,20 @@ func (ix *Index) Dispatched(req *signals.Request, ep *signals.Endpoint) {
 // counts the requests that recorded it at dispatch and have not completed,
 // so a failure does not take away the placement of another request with
 // the same prefix. The count is per entry, not per request, so it is
-// approximate in two cases: an entry that was evicted while req was in
+// approximate in three cases: an entry that was evicted while req was in
 // flight and then recorded again by another request is counted down by
-// both, and a count that reached 255 stays there, so its entry is kept.
-// A completion from an endpoint the index forgot, or from an earlier
-// generation of it, changes nothing. It implements signals.Observer.
+// both; a count that reached 255 stays there, so its entry is kept; and a
+// request dispatched before Forget or Retain dropped the endpoint and
+// completed once it is back in the pool in the same generation counts
+// down the entries that requests dispatched since recorded (its success
+// rightly confirms its blocks: the same server process computed them).
+//
+// A completion from an endpoint the index forgot, or of a request
+// dispatched to an earlier generation of it (out.Generation, which the
+// picker sets, is not the endpoint's current one), changes nothing: a late
+// success does not put the old request's prefix on the restarted server,
+// and a late failure does not take away the placement of a request
+// dispatched since. It implements signals.Observer.
 func (ix *Index) Completed(req *signals.Request, ep *signals.Endpoint, out signals.Outcome) {
 	hs := req.PromptBlocks
 	if len(hs) == 0 || ep == nil {
@@ -316,7 +325,7 @@ func (ix *Index) Completed(req *signals.Request, ep *signals.Endpoint, out signa
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	st := ix.eps[ep]
-	if st == nil || st.gen != ep.Generation() {
+	if st == nil || st.gen != ep.Generation() || out.Generation != st.gen {
 		return // forgotten, restarted or down since: nothing to confirm
 	}
 	if !ok {
