@@ -143,8 +143,8 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 //     pod's prefill rate for the prefill scorer and serves the slo filter.
 //
 // On the default suite this configuration's p99 TTFT is at or below
-// round-robin's on a homogeneous fleet (−0.3%, −1.3% and −79% at 50%, 70%
-// and 90% load) and 94.5–100% lower on mixed GPUs and bursty multi-tenant
+// round-robin's on a homogeneous fleet (−0.3%, −1.9% and −81% at 50%, 70%
+// and 90% load) and 93.5–100% lower on mixed GPUs and bursty multi-tenant
 // LoRA traffic; README.md has the table and the command.
 func DefaultConfig() Config {
 	return Config{
