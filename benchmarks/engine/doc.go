@@ -42,5 +42,6 @@
 // output-token blocks in the prefix cache (only prompt blocks are hashed,
 // since a Request does not carry its output's content), swap-based
 // preemption, priorities other than FCFS, and max_model_len checks (a
-// request is refused only if it could never fit in the KV cache).
+// request is refused only if it could never fit in the KV cache, or has
+// 2³¹-1 tokens or more).
 package engine

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -202,8 +203,11 @@ type Stats struct {
 	GeneratedTokens, PromptTokens uint64
 }
 
-// ErrTooLarge is returned by Add for a request whose prompt plus output
-// cannot fit in the whole KV cache: it could never run.
+// ErrTooLarge is returned by Add for a request whose KV cannot fit in the
+// whole KV cache: its prompt and every output token but the last (which is
+// sampled and never fed back), PromptTokens+OutputTokens-1 tokens. Such a
+// request could never run. It is also returned for a request of 2³¹-1
+// tokens or more, beyond the engine's token counters.
 var ErrTooLarge = errors.New("engine: request does not fit in the KV cache")
 
 // ErrInvalid is returned by Add for a request with PromptTokens < 1 or
@@ -371,8 +375,13 @@ func (e *Engine) Add(now time.Duration, r *Request) error {
 	if r.PromptTokens < 1 || r.OutputTokens < 1 {
 		return ErrInvalid
 	}
-	need := (r.PromptTokens + r.OutputTokens + e.blockSize - 1) / e.blockSize
-	if need > e.pool.numBlocks {
+	// The request's KV peaks at PromptTokens+OutputTokens-1 tokens, in
+	// at most limit tokens; compared without overflow.
+	limit := math.MaxInt32 - 1
+	if e.blockSize <= limit/e.pool.numBlocks {
+		limit = e.pool.numBlocks * e.blockSize
+	}
+	if r.PromptTokens > limit || r.OutputTokens-1 > limit-r.PromptTokens {
 		return ErrTooLarge
 	}
 	s := e.newSeq(r)

@@ -513,8 +513,8 @@ func TestAddErrors(t *testing.T) {
 	e := New(unitConfig(2048, 8, 10))
 	assert.ErrorIs(t, e.Add(0, &Request{PromptTokens: 0, OutputTokens: 1}), ErrInvalid)
 	assert.ErrorIs(t, e.Add(0, &Request{PromptTokens: 5, OutputTokens: 0}), ErrInvalid)
-	assert.ErrorIs(t, e.Add(0, &Request{PromptTokens: 150, OutputTokens: 11}), ErrTooLarge, "161 tokens need 11 blocks of 10")
-	assert.NoError(t, e.Add(0, &Request{PromptTokens: 150, OutputTokens: 10}))
+	assert.ErrorIs(t, e.Add(0, &Request{PromptTokens: 150, OutputTokens: 12}), ErrTooLarge, "161 KV tokens need 11 blocks of 10")
+	assert.NoError(t, e.Add(0, &Request{PromptTokens: 150, OutputTokens: 11}), "160 KV tokens: the last output token is never stored")
 	assert.False(t, e.Idle())
 }
 
