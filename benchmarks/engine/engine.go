@@ -317,11 +317,12 @@ func New(cfg Config) *Engine {
 		panic(err)
 	}
 	p := cfg.Profile
+	tokens, seqs := p.batchDefaults()
 	if cfg.MaxNumBatchedTokens == 0 {
-		cfg.MaxNumBatchedTokens = p.DefaultMaxNumBatchedTokens
+		cfg.MaxNumBatchedTokens = tokens
 	}
 	if cfg.MaxNumSeqs == 0 {
-		cfg.MaxNumSeqs = p.DefaultMaxNumSeqs
+		cfg.MaxNumSeqs = seqs
 	}
 	if cfg.BlockSize == 0 {
 		cfg.BlockSize = 16

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"strings"
 	"time"
 )
 
@@ -47,7 +48,8 @@ type Profile struct {
 	// DefaultMaxNumBatchedTokens and DefaultMaxNumSeqs are vLLM's
 	// OpenAI-server defaults on this GPU (vllm/engine/arg_utils.py,
 	// EngineArgs.get_batch_defaults: 8192 and 1024 on GPUs with at least
-	// 70 GiB that are not A100s, else 2048 and 256).
+	// 70 GiB that are not A100s, else 2048 and 256). Zero means: that
+	// rule applied to GPUMemoryGiB and GPU.
 	DefaultMaxNumBatchedTokens, DefaultMaxNumSeqs int
 
 	// OverheadUS is the fixed time of a step in µs: CPU scheduling and
@@ -110,6 +112,25 @@ func (p *Profile) PrefillTime(n int) time.Duration {
 // sequences that each read context KV tokens.
 func (p *Profile) DecodeTime(batch, context int) time.Duration {
 	return p.StepTime(batch, 0, batch*context, batch)
+}
+
+// batchDefaults returns DefaultMaxNumBatchedTokens and DefaultMaxNumSeqs,
+// each, when not positive, replaced by vLLM's OpenAI-server default
+// (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults): 8192 tokens
+// and 1024 sequences when the GPU has at least 70 GiB and its lower-cased
+// name does not contain "a100", else 2048 and 256.
+func (p *Profile) batchDefaults() (tokens, seqs int) {
+	tokens, seqs = 2048, 256
+	if p.GPUMemoryGiB >= 70 && !strings.Contains(strings.ToLower(p.GPU), "a100") {
+		tokens, seqs = 8192, 1024
+	}
+	if p.DefaultMaxNumBatchedTokens > 0 {
+		tokens = p.DefaultMaxNumBatchedTokens
+	}
+	if p.DefaultMaxNumSeqs > 0 {
+		seqs = p.DefaultMaxNumSeqs
+	}
+	return tokens, seqs
 }
 
 // NumBlocks returns the KV cache size in blocks of blockSize tokens for a

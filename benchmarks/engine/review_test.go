@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -52,4 +53,60 @@ func TestAddRefusesExactlyWhatCannotFit(t *testing.T) {
 	assert.ErrorIs(t, e.Add(0, &Request{PromptTokens: 1 << 31, OutputTokens: 1}), ErrTooLarge)
 	assert.ErrorIs(t, e.Add(0, &Request{PromptTokens: 1 << 30, OutputTokens: 1 << 30}), ErrTooLarge)
 	assert.True(t, e.Idle())
+}
+
+// TestZeroProfileDefaultsTakeVLLMRule checks Config's promise that a
+// zero MaxNumBatchedTokens or MaxNumSeqs means vLLM's OpenAI-server
+// default for the GPU — 8192 tokens and 1024 sequences on a GPU with at
+// least 70 GiB that is not an A100, else 2048 and 256
+// (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults) — also for a
+// Profile built without its Default fields, and that such an engine runs.
+func TestZeroProfileDefaultsTakeVLLMRule(t *testing.T) {
+	cases := []struct {
+		gpu          string
+		gib          float64
+		tokens, seqs int
+	}{
+		{"H100-SXM 80GB", 81559.0 / 1024, 8192, 1024},
+		{"MI300X", 192, 8192, 1024},
+		{"A100-SXM 80GB", 80, 2048, 256},
+		{"NVIDIA a100 80GB PCIe", 80, 2048, 256},
+		{"L40S", 46068.0 / 1024, 2048, 256},
+		{"exactly 70 GiB", 70, 8192, 1024},
+		{"just under 70 GiB", 69.99, 2048, 256},
+	}
+	for _, c := range cases {
+		t.Run(c.gpu, func(t *testing.T) {
+			p := unitProfile(false)
+			p.GPU, p.GPUMemoryGiB = c.gpu, c.gib
+			p.DefaultMaxNumBatchedTokens, p.DefaultMaxNumSeqs = 0, 0
+			cfg := Config{Profile: p, NumBlocks: 1000}
+			require.NoError(t, cfg.Validate())
+			d := newDriver(cfg)
+			assert.Equal(t, c.tokens, d.e.Config().MaxNumBatchedTokens)
+			assert.Equal(t, c.seqs, d.e.Config().MaxNumSeqs)
+			r := req(1, 100, 2)
+			d.add(t, r)
+			d.drain(t)
+			_, ok := d.find(Finished, r)
+			assert.True(t, ok)
+		})
+	}
+}
+
+// TestBuiltinProfileDefaultsFollowVLLMRule checks that every built-in
+// profile's Default fields are what vLLM's rule gives for its GPU.
+func TestBuiltinProfileDefaultsFollowVLLMRule(t *testing.T) {
+	for _, p := range Profiles() {
+		big := p.GPUMemoryGiB >= 70 && !strings.Contains(strings.ToLower(p.GPU), "a100")
+		tokens, seqs := 2048, 256
+		if big {
+			tokens, seqs = 8192, 1024
+		}
+		assert.Equal(t, tokens, p.DefaultMaxNumBatchedTokens, p.Name)
+		assert.Equal(t, seqs, p.DefaultMaxNumSeqs, p.Name)
+		p.DefaultMaxNumBatchedTokens, p.DefaultMaxNumSeqs = 0, 0
+		assert.Equal(t, tokens, New(DefaultConfig(p)).Config().MaxNumBatchedTokens, p.Name)
+		assert.Equal(t, seqs, New(DefaultConfig(p)).Config().MaxNumSeqs, p.Name)
+	}
 }
