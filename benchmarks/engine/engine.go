@@ -66,11 +66,11 @@ type Config struct {
 
 // DefaultLoRALoadTime is an estimate of the time to load a rank-16 LoRA
 // adapter of a Llama-3-8B-class model from local disk into a GPU slot. The
-// adapter on the q,k,v,o,gate,up,down projections has
-// 32 layers × 16 × (2·4096 + 2·(4096+1024) + 2·(4096+14336) + (14336+4096)) ≈
-// 42 M parameters, 84 MB in BF16; at ~2 GB/s (safetensors read from a local
-// NVMe plus host-to-device copy) that is ~40 ms. Estimate, not a
-// measurement.
+// adapter on the q,k,v,o,gate,up,down projections has 32 layers × 16 ×
+// (2·(4096+4096) + 2·(4096+1024) + 2·(4096+14336) + (14336+4096)) ≈ 42 M
+// parameters (q and o, k and v, gate and up, down), 84 MB in BF16; at
+// ~2 GB/s (safetensors read from a local NVMe plus host-to-device copy)
+// that is ~40 ms. Estimate, not a measurement.
 const DefaultLoRALoadTime = 40 * time.Millisecond
 
 // DefaultLoRASwapTime is an estimate of the time to copy the same 84 MB
@@ -88,8 +88,9 @@ func DefaultConfig(p Profile) Config {
 // the pointer until the request finishes (or Reset) and does not modify
 // the Request; the caller must not modify it while the engine holds it.
 type Request struct {
-	// ID identifies the request to the caller; the engine does not use it
-	// except to make uncached tail blocks unique.
+	// ID identifies the request to the caller; the engine does not use
+	// it (prompt tokens beyond Blocks are never hashed, so they need no
+	// unique key).
 	ID uint64
 	// Blocks is the prompt content as a sequence of content-block ids:
 	// equal ids at equal positions after equal prefixes are equal text, so
