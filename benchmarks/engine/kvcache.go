@@ -21,8 +21,13 @@ import (
 //     block, its tokens and extra keys such as the LoRA adapter
 //     (kv_cache_utils.hash_block_tokens).
 //
-// vLLM finds a cached block through one dict from block hash to block. The
-// contents of that dict are the same here, but most blocks are indexed
+// vLLM finds a cached block through a map from block hash to the blocks
+// holding it. Here a hash has at most one holder: a block whose content
+// another block already holds stays an uncached duplicate, where vLLM
+// registers every copy (its block pool does not de-duplicate). The two
+// differ only after the registered copy is evicted while a duplicate still
+// holds the content: vLLM then still hits, this cache recomputes. Apart
+// from that the map's contents are the same here, but most blocks are indexed
 // through their parent instead of a global table: a block whose hash
 // chains from the hash held by block P is found as P's child (P.next),
 // and only chain roots, second children (branches) and children whose
