@@ -18,9 +18,9 @@
 //
 // The trace readers accept files in the same formats as the copies in
 // ../shared/traces (see PROVENANCE.md there), so a user's own trace works
-// from the command line. They cap line length (MaxLineBytes) and row count
-// (MaxRows) and report malformed input as a *ParseError carrying the line
-// number.
+// from the command line. They cap line length (MaxLineBytes), row count
+// (MaxRows) and token counts (MaxTokens) and report malformed input as a
+// *ParseError carrying the line number.
 //
 // Everything is deterministic: generators draw from math/rand/v2 PCG
 // streams derived from GenConfig.Seed, and nothing reads the wall clock.

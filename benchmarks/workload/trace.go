@@ -24,6 +24,12 @@ const (
 	MaxLineBytes = 1 << 20
 	// MaxRows is the largest number of data rows a reader accepts.
 	MaxRows = 5_000_000
+	// MaxTokens is the largest prompt or output length, in tokens, a
+	// reader accepts: above the longest context windows served today (10M
+	// tokens), yet small enough that one row's block ids fit in 256 KiB
+	// (MaxTokens/512 ids for the Azure traces, which have no hash ids to
+	// bound them) and that sums of a few lengths cannot overflow an int.
+	MaxTokens = 1 << 24
 )
 
 // MooncakeBlockTokens is the block size of Mooncake hash_ids (FAST25-release
@@ -122,7 +128,7 @@ type mooncakeRow struct {
 // earliest timestamp; rows are sorted by timestamp, keeping file order for
 // ties. An output_length of 0 is read as 1 (the request still produces its
 // first token). LoadMooncake returns a *ParseError for a malformed line: bad
-// JSON, a missing or negative field, hash ids that do not cover
+// JSON, a missing or negative field, a length over MaxTokens, hash ids that do not cover
 // input_length in 512-token blocks, or a line over MaxLineBytes. It reads r
 // to the end and does not close it.
 func LoadMooncake(r io.Reader) (*Workload, error) {
@@ -157,11 +163,11 @@ func LoadMooncake(r io.Reader) (*Workload, error) {
 		if math.IsNaN(ts) || ts < 0 || ts > float64(math.MaxInt64/int64(time.Millisecond)) {
 			return nil, lr.errorf("timestamp %v out of range (milliseconds from the trace start)", ts)
 		}
-		if in < 1 {
-			return nil, lr.errorf("input_length %d must be at least 1", in)
+		if in < 1 || in > MaxTokens {
+			return nil, lr.errorf("input_length %d must be in [1, %d]", in, MaxTokens)
 		}
-		if out < 0 {
-			return nil, lr.errorf("output_length %d must not be negative", out)
+		if out < 0 || out > MaxTokens {
+			return nil, lr.errorf("output_length %d must be in [0, %d]", out, MaxTokens)
 		}
 		want := (in + MooncakeBlockTokens - 1) / MooncakeBlockTokens
 		if len(row.HashIDs) != want {
@@ -283,8 +289,8 @@ func parseAzureTime(s string) (time.Time, error) {
 // Arrivals are offsets from the earliest timestamp, which is the
 // workload's Start; rows are sorted by time, keeping file order for ties.
 // Timestamps without a zone are read as UTC. A GeneratedTokens of 0 is read as 1.
-// It returns a *ParseError for a bad header or row, or a line over
-// MaxLineBytes. It reads r to the end and does not close it.
+// It returns a *ParseError for a bad header or row (including a token
+// count over MaxTokens), or a line over MaxLineBytes. It reads r to the end and does not close it.
 func LoadAzure(r io.Reader, tenant string) (*Workload, error) {
 	lr := newLineReader(r, "azure")
 	name := tenant
@@ -325,12 +331,12 @@ func LoadAzure(r io.Reader, tenant string) (*Workload, error) {
 			return nil, lr.errorf("%v", err)
 		}
 		in, err := strconv.Atoi(f[h.cols[1]])
-		if err != nil || in < 1 {
-			return nil, lr.errorf("ContextTokens %q must be an integer >= 1", f[h.cols[1]])
+		if err != nil || in < 1 || in > MaxTokens {
+			return nil, lr.errorf("ContextTokens %q must be an integer in [1, %d]", f[h.cols[1]], MaxTokens)
 		}
 		out, err := strconv.Atoi(f[h.cols[2]])
-		if err != nil || out < 0 {
-			return nil, lr.errorf("GeneratedTokens %q must be an integer >= 0", f[h.cols[2]])
+		if err != nil || out < 0 || out > MaxTokens {
+			return nil, lr.errorf("GeneratedTokens %q must be an integer in [0, %d]", f[h.cols[2]], MaxTokens)
 		}
 		row := uint64(len(w.Requests))
 		nb := (in + AzureBlockTokens - 1) / AzureBlockTokens
@@ -367,8 +373,8 @@ func LoadAzure(r io.Reader, tenant string) (*Workload, error) {
 // summarization statistics of Vidur / Sarathi-Serve (columns
 // num_prefill_tokens, num_decode_tokens, ...), or any file with
 // ContextTokens/GeneratedTokens or input_length/output_length columns (so
-// an Azure trace also works). Rows with a prompt < 1 or output < 0 are
-// errors; an output of 0 is read as 1. It returns a *ParseError for
+// an Azure trace also works). Rows with a prompt < 1 or output < 0, or
+// either over MaxTokens, are errors; an output of 0 is read as 1. It returns a *ParseError for
 // malformed input and an error if there are no rows.
 func LoadLengths(r io.Reader) (LengthDist, error) {
 	lr := newLineReader(r, "lengths")
@@ -403,12 +409,12 @@ func LoadLengths(r io.Reader) (LengthDist, error) {
 			return LengthDist{}, lr.errorf("%d fields, the header has %d", len(f), h.width)
 		}
 		p, err := parseCount(f[h.cols[0]])
-		if err != nil || p < 1 {
-			return LengthDist{}, lr.errorf("prompt length %q must be an integer >= 1", f[h.cols[0]])
+		if err != nil || p < 1 || p > MaxTokens {
+			return LengthDist{}, lr.errorf("prompt length %q must be an integer in [1, %d]", f[h.cols[0]], MaxTokens)
 		}
 		o, err := parseCount(f[h.cols[1]])
-		if err != nil || o < 0 {
-			return LengthDist{}, lr.errorf("output length %q must be an integer >= 0", f[h.cols[1]])
+		if err != nil || o < 0 || o > MaxTokens {
+			return LengthDist{}, lr.errorf("output length %q must be an integer in [0, %d]", f[h.cols[1]], MaxTokens)
 		}
 		d.Prompt = append(d.Prompt, p)
 		d.Output = append(d.Output, max(o, 1))

@@ -1,0 +1,149 @@
+package workload
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// checkTraceWorkload asserts the invariants every reader promises for a
+// workload it returns: sorted arrivals from 0, positive lengths, and one
+// block per BlockTokens tokens of prompt.
+func checkTraceWorkload(t *testing.T, w *Workload) {
+	t.Helper()
+	for i, r := range w.Requests {
+		if r.Arrival < 0 || i > 0 && r.Arrival < w.Requests[i-1].Arrival {
+			t.Fatalf("request %d: arrival %v out of order", i, r.Arrival)
+		}
+		if r.PromptTokens < 1 || r.OutputTokens < 1 || r.BlockTokens < 1 {
+			t.Fatalf("request %d: prompt %d output %d block %d", i, r.PromptTokens, r.OutputTokens, r.BlockTokens)
+		}
+		if want := (r.PromptTokens + r.BlockTokens - 1) / r.BlockTokens; len(r.Blocks) != want {
+			t.Fatalf("request %d: %d blocks for %d tokens", i, len(r.Blocks), r.PromptTokens)
+		}
+	}
+	if len(w.Requests) > 0 && w.Requests[0].Arrival != 0 {
+		t.Fatalf("first arrival %v, want 0", w.Requests[0].Arrival)
+	}
+}
+
+// checkParseError asserts that err is a *ParseError with a line number.
+func checkParseError(t *testing.T, err error) {
+	t.Helper()
+	var pe *ParseError
+	if !errors.As(err, &pe) || pe.Line < 1 {
+		t.Fatalf("want a *ParseError with a line, got %T %v", err, err)
+	}
+}
+
+// seedFromTrace adds the first bytes of a shared trace file to the corpus.
+func seedFromTrace(f *testing.F, name string, n int) {
+	data, err := os.ReadFile(filepath.Join(tracesDir, name))
+	if err != nil {
+		return
+	}
+	f.Add(data[:min(n, len(data))])
+}
+
+func FuzzLoadMooncake(f *testing.F) {
+	seedFromTrace(f, MooncakeFile, 2000)
+	f.Add([]byte(`{"timestamp": 5, "input_length": 513, "output_length": 0, "hash_ids": [1, 2]}` + "\n" + `{"timestamp": 1.5, "input_length": 1, "output_length": 3, "hash_ids": [1]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		w, err := LoadMooncake(bytes.NewReader(data))
+		if err != nil {
+			checkParseError(t, err)
+			return
+		}
+		checkTraceWorkload(t, w)
+	})
+}
+
+func FuzzLoadAzure(f *testing.F) {
+	seedFromTrace(f, AzureCodeFile, 400)
+	f.Add([]byte("GeneratedTokens,ContextTokens,TIMESTAMP\r\n0,1025,2024-05-10 00:00:00.25+00:00\r\n3,7,2024-05-10 00:00:00Z\r\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		w, err := LoadAzure(bytes.NewReader(data), "t")
+		if err != nil {
+			checkParseError(t, err)
+			return
+		}
+		checkTraceWorkload(t, w)
+	})
+}
+
+func FuzzLoadLengths(f *testing.F) {
+	seedFromTrace(f, ShareGPTFile, 400)
+	f.Add([]byte("input_length,output_length\n12.0,0\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d, err := LoadLengths(bytes.NewReader(data))
+		if err != nil {
+			checkParseError(t, err)
+			return
+		}
+		if len(d.Prompt) == 0 || len(d.Prompt) != len(d.Output) {
+			t.Fatalf("%d prompts, %d outputs", len(d.Prompt), len(d.Output))
+		}
+		for i := range d.Prompt {
+			if d.Prompt[i] < 1 || d.Output[i] < 1 {
+				t.Fatalf("row %d: prompt %d output %d", i, d.Prompt[i], d.Output[i])
+			}
+		}
+	})
+}
+
+// TestReadersRejectAbsurdTokenCounts feeds each reader a row whose token
+// count no model serves. Without a limit, LoadAzure allocated
+// ceil(ContextTokens/512) block ids for it (a makeslice panic for 2^63-1,
+// tens of gigabytes for 2^40), LoadMooncake overflowed computing
+// ceil(input_length/512), and LoadLengths accepted lengths whose block
+// count overflows in Generate. A row at the limit is still read.
+func TestReadersRejectAbsurdTokenCounts(t *testing.T) {
+	huge := strconv.Itoa(math.MaxInt64)
+	limit := strconv.Itoa(MaxTokens)
+	over := strconv.Itoa(MaxTokens + 1)
+	azHeader := "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+	azRow := "2023-11-16 18:17:03.9799600,4808,10\n"
+	lenHeader := "num_prefill_tokens,num_decode_tokens\n"
+	tests := []struct {
+		name, in string
+		load     func(string) error
+		line     int
+		substr   string
+	}{
+		{"azure context", azHeader + azRow + "2023-11-16 18:17:04," + huge + ",1\n", azure, 3, "ContextTokens \"" + huge},
+		{"azure context just over", azHeader + "2023-11-16 18:17:04," + over + ",1\n", azure, 2, "ContextTokens \"" + over},
+		{"azure output", azHeader + "2023-11-16 18:17:04,7," + over + "\n", azure, 2, "GeneratedTokens \"" + over},
+		{"mooncake input", `{"timestamp": 0, "input_length": ` + huge + `, "output_length": 1, "hash_ids": [1]}`, mooncake, 1, "input_length " + huge},
+		{"mooncake output", `{"timestamp": 0, "input_length": 1, "output_length": ` + over + `, "hash_ids": [1]}`, mooncake, 1, "output_length " + over},
+		{"lengths prompt", lenHeader + "10,5\n" + huge + ",5\n", lengths, 3, "prompt length \"" + huge},
+		{"lengths output", lenHeader + "10," + over + "\n", lengths, 2, "output length \"" + over},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			require.NotPanics(t, func() { err = tc.load(tc.in) })
+			var pe *ParseError
+			require.ErrorAs(t, err, &pe)
+			assert.Equal(t, tc.line, pe.Line, "error: %v", err)
+			assert.Contains(t, err.Error(), tc.substr)
+			assert.Contains(t, err.Error(), limit, "the error names the limit")
+		})
+	}
+
+	w, err := LoadAzure(strings.NewReader(azHeader+"2023-11-16 18:17:04,"+limit+","+limit+"\n"), "t")
+	require.NoError(t, err)
+	assert.Len(t, w.Requests[0].Blocks, MaxTokens/AzureBlockTokens)
+	assert.Equal(t, MaxTokens, w.Requests[0].OutputTokens)
+	d, err := LoadLengths(strings.NewReader(lenHeader + limit + "," + limit + "\n"))
+	require.NoError(t, err)
+	assert.Equal(t, []int{MaxTokens}, d.Prompt)
+	assert.Equal(t, []int{MaxTokens}, d.Output)
+}
