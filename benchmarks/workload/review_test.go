@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -146,4 +147,27 @@ func TestReadersRejectAbsurdTokenCounts(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int{MaxTokens}, d.Prompt)
 	assert.Equal(t, []int{MaxTokens}, d.Output)
+}
+
+// TestLoadAzureRejectsSpanBeyondDuration: arrivals are time.Duration
+// offsets from the earliest timestamp, so two rows more than about 292
+// years apart cannot both be represented. time.Time.Sub saturates, which
+// silently put the later row at the largest Duration instead of its true
+// offset; the reader now reports the row that makes the span too long, in
+// either order.
+func TestLoadAzureRejectsSpanBeyondDuration(t *testing.T) {
+	header := "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+	early, late := "2000-01-01 00:00:00,1,1\n", "2300-01-01 00:00:00,1,1\n"
+	for _, in := range []string{header + early + late, header + late + early} {
+		_, err := LoadAzure(strings.NewReader(in), "t")
+		var pe *ParseError
+		require.ErrorAs(t, err, &pe, "input %q", in)
+		assert.Equal(t, 3, pe.Line)
+		assert.Contains(t, err.Error(), "TIMESTAMP")
+	}
+	// 290 years, 290·365 + 71 leap days = 105,921 days, are under the
+	// 106,751-day maximum and still fit.
+	w, err := LoadAzure(strings.NewReader(header+early+"2290-01-01 00:00:00,1,1\n"), "t")
+	require.NoError(t, err)
+	assert.Equal(t, 105921*24*time.Hour, w.Requests[1].Arrival)
 }

@@ -10,7 +10,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -290,7 +289,8 @@ func parseAzureTime(s string) (time.Time, error) {
 // workload's Start; rows are sorted by time, keeping file order for ties.
 // Timestamps without a zone are read as UTC. A GeneratedTokens of 0 is read as 1.
 // It returns a *ParseError for a bad header or row (including a token
-// count over MaxTokens), or a line over MaxLineBytes. It reads r to the end and does not close it.
+// count over MaxTokens, or a timestamp more than a time.Duration, about
+// 292 years, from another), or a line over MaxLineBytes. It reads r to the end and does not close it.
 func LoadAzure(r io.Reader, tenant string) (*Workload, error) {
 	lr := newLineReader(r, "azure")
 	name := tenant
@@ -311,6 +311,7 @@ func LoadAzure(r io.Reader, tenant string) (*Workload, error) {
 	}
 	tenantHash := hashString(tenant)
 	var times []time.Time
+	var lo, hi time.Time // earliest and latest timestamp so far
 	for {
 		line, ok := lr.next()
 		if !ok {
@@ -329,6 +330,17 @@ func LoadAzure(r io.Reader, tenant string) (*Workload, error) {
 		t, err := parseAzureTime(f[h.cols[0]])
 		if err != nil {
 			return nil, lr.errorf("%v", err)
+		}
+		if len(times) == 0 || t.Before(lo) {
+			lo = t
+		}
+		if len(times) == 0 || t.After(hi) {
+			hi = t
+		}
+		// Arrivals are Durations from the earliest timestamp; Sub
+		// saturates, so a span it cannot represent would go unnoticed.
+		if !lo.Add(hi.Sub(lo)).Equal(hi) {
+			return nil, lr.errorf("TIMESTAMP %q: the trace would span more than %v, the longest time.Duration", f[h.cols[0]], time.Duration(math.MaxInt64))
 		}
 		in, err := strconv.Atoi(f[h.cols[1]])
 		if err != nil || in < 1 || in > MaxTokens {
@@ -358,11 +370,10 @@ func LoadAzure(r io.Reader, tenant string) (*Workload, error) {
 		return nil, err
 	}
 	if len(times) > 0 {
-		first := slices.MinFunc(times, func(a, b time.Time) int { return a.Compare(b) })
 		for i, t := range times {
-			w.Requests[i].Arrival = t.Sub(first)
+			w.Requests[i].Arrival = t.Sub(lo)
 		}
-		w.Start = first
+		w.Start = lo
 	}
 	rebase(w.Requests)
 	return w, nil
