@@ -171,3 +171,20 @@ func TestLoadAzureRejectsSpanBeyondDuration(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 105921*24*time.Hour, w.Requests[1].Arrival)
 }
+
+// TestScaleSaturatesInsteadOfWrapping: scaling three arrivals at 0, 1 s and
+// 2 s (1 req/s) to 1e-12 req/s multiplies them by 1e12, to 1e21 ns and
+// 2e21 ns, beyond the largest Duration (about 9.2e18 ns). Converting such a
+// float to an integer is implementation-defined in Go (on amd64 it gave
+// math.MinInt64), so the workload came back with negative, unsorted
+// arrivals. Like the generators' clock, Scale now saturates.
+func TestScaleSaturatesInsteadOfWrapping(t *testing.T) {
+	w := &Workload{Requests: []Request{reqAt(0, ""), reqAt(1000, ""), reqAt(2000, "")}}
+	got := arrivals(w.Scale(1e-12))
+	assert.Equal(t, []time.Duration{0, math.MaxInt64, math.MaxInt64}, got)
+
+	// A factor that stays in range is applied as before: 1 req/s to
+	// 0.25 req/s stretches the gaps four times.
+	got = arrivals(w.Scale(0.25))
+	assert.Equal(t, []time.Duration{0, 4 * time.Second, 8 * time.Second}, got)
+}

@@ -125,7 +125,9 @@ func (w *Workload) clone() *Workload {
 // common factor so that its mean rate (see Stats.MeanRate) becomes rate
 // requests per second. Multiplying by one factor keeps the burst shape: the
 // ratios between inter-arrival times, hence their coefficient of
-// variation, are unchanged. A workload with fewer than two requests or a
+// variation, are unchanged. Arrivals that would pass the largest Duration
+// (a rate so low that the run outlasts about 292 years) saturate at it,
+// so the result stays sorted. A workload with fewer than two requests or a
 // zero span has no rate and is returned as an unchanged copy. Scale panics
 // if rate is not a positive finite number (a programming error, like a
 // non-positive time.NewTicker period). Start is kept.
@@ -140,7 +142,14 @@ func (w *Workload) Scale(rate float64) *Workload {
 	}
 	f := cur / rate
 	for i := range out.Requests {
-		out.Requests[i].Arrival = time.Duration(math.Round(float64(out.Requests[i].Arrival) * f))
+		// Float-to-integer conversion of an out-of-range value is
+		// implementation-defined, so saturate explicitly.
+		a := math.Round(float64(out.Requests[i].Arrival) * f)
+		if a >= math.MaxInt64 {
+			out.Requests[i].Arrival = math.MaxInt64
+		} else {
+			out.Requests[i].Arrival = time.Duration(a)
+		}
 	}
 	return out
 }
