@@ -145,7 +145,8 @@ type OnOff struct {
 	BaseRate float64
 	// BurstRate is the rate during On periods (requests per second, >= 0).
 	BurstRate float64
-	// On and Off are the period lengths; both must be > 0.
+	// On and Off are the period lengths; both must be > 0, and On+Off
+	// must fit in a Duration.
 	On, Off time.Duration
 
 	pos float64 // seconds since the start of the current cycle, in [0, On+Off]
@@ -193,6 +194,8 @@ func (o *OnOff) validate() error {
 	switch {
 	case o.On <= 0 || o.Off <= 0:
 		return fmt.Errorf("OnOff periods on=%v off=%v must be positive", o.On, o.Off)
+	case o.On > math.MaxInt64-o.Off:
+		return fmt.Errorf("OnOff periods on=%v off=%v: the cycle On+Off overflows a Duration", o.On, o.Off)
 	case !(o.BaseRate >= 0) || !(o.BurstRate >= 0) || math.IsInf(o.BaseRate, 0) || math.IsInf(o.BurstRate, 0):
 		return fmt.Errorf("OnOff rates base=%v burst=%v must be finite and non-negative", o.BaseRate, o.BurstRate)
 	case o.BaseRate == 0 && o.BurstRate == 0:

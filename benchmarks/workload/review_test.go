@@ -188,3 +188,19 @@ func TestScaleSaturatesInsteadOfWrapping(t *testing.T) {
 	got = arrivals(w.Scale(0.25))
 	assert.Equal(t, []time.Duration{0, 4 * time.Second, 8 * time.Second}, got)
 }
+
+// TestOnOffRejectsOverflowingCycle: On and Off are each valid (positive)
+// but their sum, the cycle length, overflows to a negative Duration. With
+// BurstRate 0 the Off phase then had a negative length, no arrival could
+// ever be placed, and Next looped forever inside Generate. Generate must
+// report the configuration instead.
+func TestOnOffRejectsOverflowingCycle(t *testing.T) {
+	half := time.Duration(math.MaxInt64/2 + 1)
+	_, err := Generate(GenConfig{N: 3, Arrivals: &OnOff{BaseRate: 1, On: half, Off: half}, Lengths: Fixed{1, 1}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "OnOff")
+
+	// The longest cycle that fits is still accepted.
+	_, err = Generate(GenConfig{N: 3, Arrivals: &OnOff{BaseRate: 1, On: half, Off: half - 1}, Lengths: Fixed{1, 1}})
+	require.NoError(t, err)
+}
