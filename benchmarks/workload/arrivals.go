@@ -162,12 +162,20 @@ var (
 func (o *OnOff) Reset() { o.pos = 0 }
 
 // Next implements Arrivals. The position is kept within one cycle, so
-// that rounding cannot stall it however long the run.
+// that rounding cannot stall it however long the run, and whole cycles
+// without an arrival are skipped at once, so that a gap of many cycles
+// costs no more than one.
 func (o *OnOff) Next(r *rand.Rand) time.Duration {
 	on, period := o.On.Seconds(), (o.On + o.Off).Seconds()
-	e := r.ExpFloat64() // unit-rate exponential "work" to spend
+	cycle := o.BurstRate*on + o.BaseRate*(period-on) // work one full cycle absorbs
+	e := r.ExpFloat64()                              // unit-rate exponential "work" to spend
 	gap := 0.0
 	for {
+		if o.pos == 0 && cycle > 0 && e >= cycle {
+			k := math.Floor(e / cycle)
+			e = max(e-k*cycle, 0)
+			gap += k * period
+		}
 		rate, end := o.BurstRate, on
 		if o.pos >= on {
 			rate, end = o.BaseRate, period

@@ -204,3 +204,16 @@ func TestOnOffRejectsOverflowingCycle(t *testing.T) {
 	_, err = Generate(GenConfig{N: 3, Arrivals: &OnOff{BaseRate: 1, On: half, Off: half - 1}, Lengths: Fixed{1, 1}})
 	require.NoError(t, err)
 }
+
+// TestOnOffSparseArrivalsSkipWholeCycles: with 1 µs On and Off periods
+// and 1e-6 req/s in both, the mean gap, 1e6 s, spans 5e11 cycles. Next
+// walked them one phase at a time, so Generate never returned; whole
+// cycles without an arrival must be skipped at once. The process is then
+// Poisson at 1e-6 req/s: the mean gap of 2000 arrivals is within 3
+// standard errors (3/sqrt(2000) = 6.7%) of 1e6 s.
+func TestOnOffSparseArrivalsSkipWholeCycles(t *testing.T) {
+	const n = 2000
+	w := gen(t, GenConfig{Seed: 1, N: n, Arrivals: &OnOff{BaseRate: 1e-6, BurstRate: 1e-6, On: time.Microsecond, Off: time.Microsecond}, Lengths: Fixed{1, 1}})
+	mean := w.Requests[n-1].Arrival.Seconds() / n
+	assert.InDelta(t, 1e6, mean, 0.067e6)
+}
