@@ -387,8 +387,14 @@ func Quantile(q float64) func(sorted []float64) float64 {
 		if len(v) == 0 {
 			return math.NaN()
 		}
-		r := int(math.Ceil(q * float64(len(v))))
-		return v[min(max(r, 1), len(v))-1]
+		// ⌈q × n⌉, with q × n rounded first when it is within
+		// floating-point error of a whole number (0.035 × 200 is
+		// 7.000000000000001 in float64, whose ceiling is 8).
+		x := q * float64(len(v))
+		if r := math.Round(x); math.Abs(x-r) <= 1e-9*r {
+			x = r
+		}
+		return v[min(max(int(math.Ceil(x)), 1), len(v))-1]
 	}
 }
 

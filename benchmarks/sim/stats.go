@@ -203,8 +203,20 @@ func Percentile(sorted []float64, p float64) float64 {
 	if n == 0 {
 		return 0
 	}
-	rank := int(math.Ceil(p / 100 * float64(n)))
-	return sorted[min(max(rank, 1), n)-1]
+	return sorted[nearestRank(p/100, n)-1]
+}
+
+// nearestRank returns the nearest rank ⌈q × n⌉ of the q-quantile of n
+// values, clamped to [1, n]. q × n is rounded first when it is within
+// floating-point error of a whole number: p = 99.9 of 1000 values is
+// 0.9990000000000001 × 1000 in float64, and its ceiling would be rank 1000
+// instead of 999.
+func nearestRank(q float64, n int) int {
+	x := q * float64(n)
+	if r := math.Round(x); math.Abs(x-r) <= 1e-9*r {
+		x = r
+	}
+	return min(max(int(math.Ceil(x)), 1), n)
 }
 
 // imbalance returns max / mean of counts, 0 when there are none.
