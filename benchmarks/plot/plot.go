@@ -245,6 +245,12 @@ func ticks(a *axis) []float64 {
 			t = 0
 		}
 		out = append(out, t)
+		if t+step == t {
+			// The step is below the resolution of float64 at t (an
+			// axis a few units in the last place wide): t would never
+			// advance.
+			break
+		}
 	}
 	return out
 }
@@ -355,26 +361,31 @@ func CDF(name string, values []float64) Series {
 // x: for each bin holding points, the point (bin middle, agg(ys in bin)).
 // xs and ys must have equal lengths; agg receives a sorted slice it may
 // keep. Bins without points are left out (the line joins their
-// neighbours).
+// neighbours), and so are points whose x is not finite.
 func Binned(name string, xs, ys []float64, width float64, agg func(sorted []float64) float64) Series {
 	s := Series{Name: name}
 	if len(xs) == 0 || len(xs) != len(ys) || !(width > 0) {
 		return s
 	}
-	bins := map[int][]float64{}
-	lo, hi := math.MaxInt, math.MinInt
+	bins := map[float64][]float64{}
+	var keys []float64
 	for i, x := range xs {
-		b := int(math.Floor(x / width))
-		bins[b] = append(bins[b], ys[i])
-		lo, hi = min(lo, b), max(hi, b)
-	}
-	for b := lo; b <= hi; b++ {
-		v, ok := bins[b]
-		if !ok {
+		b := math.Floor(x / width)
+		if math.IsNaN(b) || math.IsInf(b, 0) {
 			continue
 		}
+		if _, ok := bins[b]; !ok {
+			keys = append(keys, b)
+		}
+		bins[b] = append(bins[b], ys[i])
+	}
+	// Only the bins holding points are visited, in order: two points far
+	// apart do not make a walk over every empty bin between them.
+	slices.Sort(keys)
+	for _, b := range keys {
+		v := bins[b]
 		slices.Sort(v)
-		s.X = append(s.X, (float64(b)+0.5)*width)
+		s.X = append(s.X, (b+0.5)*width)
 		s.Y = append(s.Y, agg(v))
 	}
 	return s
