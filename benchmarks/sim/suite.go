@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -44,7 +45,8 @@ type Options struct {
 	// Policies selects policies by registry name; nil means
 	// policy.Baselines().
 	Policies []string
-	// Loads are the loads as fractions of capacity; nil means DefaultLoads.
+	// Loads are the loads as fractions of capacity, each positive and
+	// finite; nil means DefaultLoads.
 	Loads []float64
 	// Seed seeds workloads, scrapes and policies; 0 means 1.
 	Seed uint64
@@ -196,6 +198,11 @@ func RunSuite(ctx context.Context, o Options) (*Report, error) {
 		n = DefaultRequests
 		if o.Quick {
 			n = QuickRequests
+		}
+	}
+	for _, l := range o.Loads {
+		if !(l > 0) || math.IsInf(l, 0) {
+			return nil, fmt.Errorf("sim: load %v is not a positive finite fraction of capacity", l)
 		}
 	}
 	for _, name := range o.Policies {

@@ -49,8 +49,8 @@ type Options struct {
 	Base picker.Config
 	// Scenarios are the scenarios scored on. Required.
 	Scenarios []sim.Scenario
-	// Loads are fractions of each scenario's measured capacity; nil means
-	// DefaultLoads.
+	// Loads are fractions of each scenario's measured capacity, each
+	// positive and finite; nil means DefaultLoads.
 	Loads []float64
 	// Requests is the number of requests of the training half and of the
 	// held-out half of each scenario; 0 means DefaultRequests.
@@ -149,6 +149,11 @@ func Tune(ctx context.Context, o Options) (*Result, error) {
 	}
 	if o.Loads == nil {
 		o.Loads = DefaultLoads
+	}
+	for _, l := range o.Loads {
+		if !(l > 0) || math.IsInf(l, 0) {
+			return nil, fmt.Errorf("tune: load %v is not a positive finite fraction of capacity", l)
+		}
 	}
 	if o.Requests <= 0 {
 		o.Requests = DefaultRequests

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -342,8 +343,8 @@ func (x *extraFlags) runCapacity(ctx context.Context, o sim.Options, stdout, std
 			n = sim.QuickRequests
 		}
 	}
-	if *x.maxPods < 0 || *x.rate < 0 || *x.slo < 0 {
-		return errors.New("-capacity: -rate, -slo and -max-pods must not be negative")
+	if *x.maxPods < 0 || !(*x.rate >= 0) || math.IsInf(*x.rate, 0) || *x.slo < 0 {
+		return errors.New("-capacity: -rate, -slo and -max-pods must not be negative, and -rate must be finite")
 	}
 	rows, err := findCapacity(ctx, capacityOptions{
 		Scenarios: scs, Policies: o.Policies, Registry: reg,

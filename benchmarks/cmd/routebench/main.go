@@ -61,6 +61,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
@@ -135,7 +136,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if l := splitList(*loads); l != nil {
 		for _, s := range l {
 			v, err := strconv.ParseFloat(s, 64)
-			if err != nil || !(v > 0) {
+			if err != nil || !(v > 0) || math.IsInf(v, 0) {
 				return fmt.Errorf("-loads: bad load %q: want a positive fraction such as 0.7", s)
 			}
 			o.Loads = append(o.Loads, v)
