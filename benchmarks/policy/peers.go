@@ -491,10 +491,11 @@ const (
 // the idlest pod, the least-loaded pod gets the request. Otherwise the
 // prompt's 128-token blocks are matched against the router's prefix hash
 // table of what it routed; among pods with a match, in decreasing order of
-// match percentage, the first whose running count is at most mean +
-// standard deviation (sample, n−1) of all pods' counts is chosen; failing
-// that, the least-loaded pod. The chosen pod is recorded for the prompt's
-// blocks. Ties at random. Not safe for concurrent use.
+// match percentage (equal matches in increasing order of running count),
+// the first whose running count is at most mean + standard deviation
+// (sample, n−1) of all pods' counts is chosen; failing that, the
+// least-loaded pod. The chosen pod is recorded for the prompt's blocks.
+// Ties at random. Not safe for concurrent use.
 func NewAIBrixPrefix(env Env) (Policy, error) {
 	return &aibrix{rng: newRand(env.Seed), ix: newPrefixIndex(len(env.Endpoints), aibrixLRUCapacity)}, nil
 }
@@ -551,9 +552,17 @@ func (p *aibrix) Pick(_ context.Context, req *signals.Request, eps []*signals.En
 				p.order = append(p.order, i)
 			}
 		}
-		// Shuffle then stable-sort so equal matches are in random order.
+		// Shuffle then stable-sort by decreasing match and, for equal
+		// matches, increasing request count (AIBrix's
+		// getTargetPodFromMatchedPods), so that full ties are in random
+		// order.
 		p.rng.Shuffle(len(p.order), func(a, b int) { p.order[a], p.order[b] = p.order[b], p.order[a] })
-		sortStableBy(p.order, func(a, b int) bool { return p.buf[a] > p.buf[b] })
+		sortStableBy(p.order, func(a, b int) bool {
+			if p.buf[a] != p.buf[b] {
+				return p.buf[a] > p.buf[b]
+			}
+			return eps[a].InFlight() < eps[b].InFlight()
+		})
 		for _, i := range p.order {
 			if float64(eps[i].InFlight()) <= mean+std {
 				best = i

@@ -1,0 +1,50 @@
+package policy_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inferroute/inferroute/benchmarks/policy"
+	"github.com/inferroute/inferroute/signals"
+)
+
+// TestAIBrixEqualMatchGoesToFewerRequests: AIBrix sorts the matched pods
+// by decreasing match percentage and, for equal percentages, by
+// increasing request count ("for same prefix_match_percent, sort in
+// increasing running_request count", pkg/plugins/gateway/algorithms
+// README and getTargetPodFromMatchedPods), then takes the first within
+// mean + stddev. Two pods holding the whole prompt, both within the bound,
+// must resolve to the less loaded one whatever the seed.
+func TestAIBrixEqualMatchGoesToFewerRequests(t *testing.T) {
+	bs := blocks(77, 32) // 512 tokens: 4 AIBrix blocks
+	req := func() *signals.Request { return &signals.Request{PromptTokens: 512, PromptBlocks: bs} }
+	for seed := uint64(1); seed <= 24; seed++ {
+		eps := endpoints(4)
+		p, err := policy.Default().New(policy.AIBrixPrefix, policy.Env{Endpoints: eps, Seed: seed})
+		require.NoError(t, err)
+		// Loads 0,1,1,1: no match, least loaded pod-0 gets the prompt.
+		for _, i := range []int{1, 2, 3} {
+			eps[i].Dispatch(1)
+		}
+		i, _ := pickIndex(t, p, eps, req())
+		require.Equal(t, 0, i)
+		// Loads 3,1,2,2: mean 2, sample std √(2/3) ≈ 0.82; pod-0's 3 is
+		// above 2.82, so the least loaded pod-1 gets the prompt too.
+		eps[0].Dispatch(1)
+		eps[0].Dispatch(1)
+		eps[2].Dispatch(1)
+		eps[3].Dispatch(1)
+		i, _ = pickIndex(t, p, eps, req())
+		require.Equal(t, 1, i)
+		// Loads 3,2,4,4: mean 3.25, sample std ≈ 0.96, bound ≈ 4.2. Pods 0
+		// and 1 both match 100% and are within the bound; pod-1 has fewer
+		// requests.
+		for range 2 {
+			eps[2].Dispatch(1)
+			eps[3].Dispatch(1)
+		}
+		i, _ = pickIndex(t, p, eps, req())
+		require.Equal(t, 1, i, "seed %d: equal matches go to the pod with fewer requests", seed)
+	}
+}
