@@ -218,6 +218,7 @@ func (p *gie) Pick(_ context.Context, req *signals.Request, eps []*signals.Endpo
 	if len(eps) == 0 {
 		return Choice{}, ErrNoEndpoints
 	}
+	p.ix.resize(p.pos.register(eps))
 	minQ, maxQ := math.Inf(1), math.Inf(-1)
 	for _, ep := range eps {
 		q := scraped(ep).waiting
@@ -234,14 +235,11 @@ func (p *gie) Pick(_ context.Context, req *signals.Request, eps []*signals.Endpo
 		kv := 1 - s.kv
 		prefix := 0.0
 		if total > 0 {
-			k := p.pos.of(eps, i)
-			p.ix.resize(p.pos.size())
-			prefix = float64(p.ix.match(k, req.PromptBlocks, 1, gieMaxPrefixBlocks)) / float64(total)
+			prefix = float64(p.ix.match(p.pos.of(eps, i), req.PromptBlocks, 1, gieMaxPrefixBlocks)) / float64(total)
 		}
 		p.scores = append(p.scores, gieWeightQueue*queue+gieWeightKV*kv+gieWeightPrefix*prefix)
 	}
 	best := argmaxRandom(p.scores, p.rng)
-	p.ix.resize(p.pos.size())
 	p.ix.insert(p.pos.of(eps, best), req.PromptBlocks, 1, gieMaxPrefixBlocks)
 	return p.choose(req, eps[best]), nil
 }

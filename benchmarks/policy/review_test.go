@@ -48,3 +48,19 @@ func TestAIBrixEqualMatchGoesToFewerRequests(t *testing.T) {
 		require.Equal(t, 1, i, "seed %d: equal matches go to the pod with fewer requests", seed)
 	}
 }
+
+// TestPeersPickOnANewFleetWithoutPromptBlocks: the fleet given to Pick may
+// differ from Env.Endpoints ("the same slice ... unless the fleet
+// changes"), and a prompt shorter than one block has no PromptBlocks.
+// Every peer must still pick one of the endpoints it is given.
+func TestPeersPickOnANewFleetWithoutPromptBlocks(t *testing.T) {
+	for _, name := range policy.Peers() {
+		t.Run(name, func(t *testing.T) {
+			p := newPolicy(t, name, nil)
+			eps := endpoints(3)
+			var i int
+			require.NotPanics(t, func() { i, _ = pickIndex(t, p, eps, &signals.Request{PromptTokens: 5}) })
+			require.True(t, i >= 0 && i < len(eps))
+		})
+	}
+}
