@@ -195,7 +195,7 @@ func (s *CheckSpec) Evaluate(rep *sim.Report) ([]string, error) {
 					ratio = v / ref
 				}
 				msg := fmt.Sprintf("%s at %.0f%% load: %s %s %s is %s× %s's %s (limit %s×)",
-					sc.Name, 100*sc.Load, r.Policy, r.Figure, fmtSeconds(v), fmtRatio(ratio), refName, fmtSeconds(ref), fmtRatio(r.MaxRatio))
+					sc.Name, 100*sc.Load, r.Policy, r.Figure, fmtSeconds(v), fmtRatioAbove(ratio, r.MaxRatio), refName, fmtSeconds(ref), fmtRatio(r.MaxRatio))
 				if m.Failed > 0 && v <= limit {
 					msg = fmt.Sprintf("%s at %.0f%% load: %s failed %d requests (%s)", sc.Name, 100*sc.Load, r.Policy, m.Failed, r.Figure)
 				}
@@ -235,13 +235,24 @@ func versus(sc *sim.ScenarioResult, name string, fig func(*sim.Metrics) float64)
 	return best, "best peer " + bestName, nil
 }
 
-// fmtRatio formats a ratio with up to four decimals, so a ratio just above
-// its limit never prints equal to it.
+// fmtRatio formats a ratio with up to four decimals.
 func fmtRatio(r float64) string {
 	if math.IsInf(r, 0) {
 		return "∞"
 	}
 	return strconv.FormatFloat(math.Round(r*1e4)/1e4, 'f', -1, 64)
+}
+
+// fmtRatioAbove formats a ratio that exceeds limit as fmtRatio does, with
+// as many more decimals as it takes not to print it equal to fmtRatio of
+// limit: 1.00001 against a limit of 1 prints 1.00001, not 1.
+func fmtRatioAbove(r, limit float64) string {
+	s, l := fmtRatio(r), fmtRatio(limit)
+	for prec := 5; s == l && prec <= 17; prec++ {
+		s = strconv.FormatFloat(r, 'f', prec, 64)
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	return s
 }
 
 // fmtSeconds formats seconds as milliseconds.

@@ -35,3 +35,18 @@ func TestRunRejectsNonFiniteRates(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckViolationNeverPrintsTheLimit: a ratio just above its limit is a
+// violation, and its message must not print the ratio equal to the limit
+// (fmtRatio's promise): 2.00002 s against 2 s is 1.00001×, not 1×.
+func TestCheckViolationNeverPrintsTheLimit(t *testing.T) {
+	spec, err := parseCheckSpec([]byte("rules: [{figure: ttft_p99, versus: round-robin, max_ratio: 1}]"))
+	require.NoError(t, err)
+	fails, err := spec.Evaluate(report("uniform", 0.7, map[string][2]float64{
+		"round-robin": {1, 2}, "inferroute": {1, 2.00002},
+	}))
+	require.NoError(t, err)
+	require.Len(t, fails, 1)
+	assert.Contains(t, fails[0], "is 1.00001× round-robin's")
+	assert.Contains(t, fails[0], "(limit 1×)")
+}
