@@ -375,10 +375,14 @@ const (
 //	cost = overlap_score_weight × potential_prefill_blocks + potential_active_blocks
 //
 // where potential_prefill_blocks is the request's prompt blocks not
-// already cached on the worker, and potential_active_blocks is the KV
-// blocks of the requests the router has in flight to the worker plus the
-// new request's (tracked by the router across each request's life). With
-// temperature 0 it picks the minimum cost, ties at random. The overlap
+// already cached on the worker, and potential_active_blocks is the
+// distinct KV blocks of the requests the router has in flight to the
+// worker plus the new request's blocks not among them (Dynamo's
+// ActiveSequences: potential_blocks = new_blocks + active_blocks, a block
+// shared by several requests in flight counting once; tracked by the
+// router across each request's life). A prompt's blocks without a hash
+// (past the hasher's limit) count as distinct. With temperature 0 it picks
+// the minimum cost, ties at random. The overlap
 // comes from the router's own index of what it routed (Dynamo's
 // approximate mode, used when workers publish no KV events; the simulated
 // pods do not publish any), entries expiring after 120 s. Not safe for
@@ -392,22 +396,30 @@ func NewDynamoKV(env Env) (Policy, error) {
 }
 
 type dynamoKV struct {
-	rng    *rand.Rand
-	clock  signals.Clock
-	pos    epIndex
-	seen   []*simplelru.LRU[uint64, int64] // per worker: block hash → last routed (unix s)
-	active []int64                         // active blocks per worker position
-	buf    []float64
-	pool   []*dynTicket
+	rng   *rand.Rand
+	clock signals.Clock
+	pos   epIndex
+	seen  []*simplelru.LRU[uint64, int64] // per worker: block hash → last routed (unix s)
+	// Per worker position, the active blocks of the requests in flight:
+	// held counts the requests holding each hashed block (a block shared
+	// by several counts once), unhashed sums their blocks without a hash.
+	held     []map[uint64]int32
+	unhashed []int64
+	buf      []float64
+	pool     []*dynTicket
 }
 
+// active returns the distinct active blocks of worker position k.
+func (p *dynamoKV) active(k int) int64 { return int64(len(p.held[k])) + p.unhashed[k] }
+
 type dynTicket struct {
-	p      *dynamoKV
-	ep     *signals.Endpoint
-	k      int
-	blocks int64
-	tokens int
-	done   func(signals.Outcome)
+	p        *dynamoKV
+	ep       *signals.Endpoint
+	k        int
+	hashes   []uint64 // the request's hashed blocks, held until it finishes
+	unhashed int64
+	tokens   int
+	done     func(signals.Outcome)
 }
 
 func (t *dynTicket) finish(signals.Outcome) {
@@ -415,8 +427,15 @@ func (t *dynTicket) finish(signals.Outcome) {
 		return
 	}
 	t.ep.Complete(t.tokens)
-	t.p.active[t.k] -= t.blocks
+	held := t.p.held[t.k]
+	for _, h := range t.hashes {
+		if held[h]--; held[h] <= 0 {
+			delete(held, h)
+		}
+	}
+	t.p.unhashed[t.k] -= t.unhashed
 	t.ep = nil
+	t.hashes = t.hashes[:0]
 	t.p.pool = append(t.p.pool, t)
 }
 
@@ -427,12 +446,13 @@ func (p *dynamoKV) Pick(_ context.Context, req *signals.Request, eps []*signals.
 		return Choice{}, ErrNoEndpoints
 	}
 	n := p.pos.register(eps)
-	for len(p.active) < n {
+	for len(p.held) < n {
 		s, err := simplelru.NewLRU[uint64, int64](dynamoMaxBlocks, nil)
 		if err != nil {
 			return Choice{}, err
 		}
-		p.active = append(p.active, 0)
+		p.held = append(p.held, map[uint64]int32{})
+		p.unhashed = append(p.unhashed, 0)
 		p.seen = append(p.seen, s)
 	}
 	now := p.clock.Now().Unix()
@@ -448,8 +468,17 @@ func (p *dynamoKV) Pick(_ context.Context, req *signals.Request, eps []*signals.
 			}
 			overlap++
 		}
+		// The request's blocks already active on the worker: a chained
+		// hash stands for its whole prefix, so they are the leading ones.
+		shared := 0
+		for _, h := range req.PromptBlocks {
+			if p.held[k][h] == 0 {
+				break
+			}
+			shared++
+		}
 		prefill := float64(max(reqBlocks-int64(overlap), 0))
-		cost := dynamoOverlapWeight*prefill + float64(p.active[k]+reqBlocks)
+		cost := dynamoOverlapWeight*prefill + float64(p.active(k)+reqBlocks-int64(shared))
 		p.buf = append(p.buf, -cost)
 	}
 	best := argmaxRandom(p.buf, p.rng)
@@ -464,8 +493,13 @@ func (p *dynamoKV) Pick(_ context.Context, req *signals.Request, eps []*signals.
 		t = &dynTicket{p: p}
 		t.done = t.finish
 	}
-	t.ep, t.k, t.blocks, t.tokens = eps[best], k, reqBlocks, req.PromptTokens
-	p.active[k] += reqBlocks
+	t.ep, t.k, t.tokens = eps[best], k, req.PromptTokens
+	t.hashes = append(t.hashes[:0], req.PromptBlocks...)
+	t.unhashed = max(reqBlocks-int64(len(req.PromptBlocks)), 0)
+	for _, h := range t.hashes {
+		p.held[k][h]++
+	}
+	p.unhashed[k] += t.unhashed
 	eps[best].Dispatch(req.PromptTokens)
 	return Choice{Endpoint: eps[best], Done: t.done}, nil
 }

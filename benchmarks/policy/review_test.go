@@ -64,3 +64,36 @@ func TestPeersPickOnANewFleetWithoutPromptBlocks(t *testing.T) {
 		})
 	}
 }
+
+// TestDynamoKVCountsSharedActiveBlocksOnce: Dynamo's potential active
+// blocks are the worker's active blocks plus the request's blocks not
+// already among them (ActiveSequences: potential_blocks = new_blocks +
+// active_blocks, new_blocks counting the blocks absent from the worker's
+// unique_blocks), so a prompt shared with a request in flight adds no
+// decode blocks. Two workers, a 10-block prompt in flight on the holder,
+// the same prompt again: holder cost = 1.0 × (10 − 10) + (10 + 0) = 10,
+// other = 1.0 × 10 + (0 + 10) = 20, so the holder wins whatever the seed
+// (counting the shared blocks twice makes it a 20–20 tie).
+func TestDynamoKVCountsSharedActiveBlocksOnce(t *testing.T) {
+	bs := blocks(21, 10)
+	for seed := uint64(1); seed <= 24; seed++ {
+		eps := endpoints(2)
+		p, err := policy.Default().New(policy.DynamoKV, policy.Env{Endpoints: eps, Seed: seed})
+		require.NoError(t, err)
+		first, done1 := pickIndex(t, p, eps, &signals.Request{PromptTokens: 160, PromptBlocks: bs})
+		i, done2 := pickIndex(t, p, eps, &signals.Request{PromptTokens: 160, PromptBlocks: bs})
+		require.Equal(t, first, i, "seed %d: the shared prompt's blocks are active once", seed)
+		// Both in flight hold the same 10 blocks: a fresh 10-block prompt
+		// costs holder 10 + (10 + 10) = 30, other 10 + (0 + 10) = 20.
+		j, done3 := pickIndex(t, p, eps, &signals.Request{PromptTokens: 160, PromptBlocks: blocks(22, 10)})
+		require.Equal(t, 1-first, j, "seed %d", seed)
+		// Once the first two finish, the holder's blocks are free: a
+		// third prompt costs holder 10 + 10 = 20, other 10 + (10 + 10)
+		// = 30.
+		done1(signals.Outcome{})
+		done2(signals.Outcome{})
+		k, _ := pickIndex(t, p, eps, &signals.Request{PromptTokens: 160, PromptBlocks: blocks(23, 10)})
+		require.Equal(t, first, k, "seed %d: finished requests release their blocks", seed)
+		done3(signals.Outcome{})
+	}
+}
