@@ -67,8 +67,13 @@ func (p *Pod) appendMetrics(b []byte) []byte {
 		b = strconv.AppendFloat(b, v, 'g', -1, 64)
 		b = append(b, '\n')
 	}
+	// A counter's HELP and TYPE lines name it with its _total suffix, as
+	// vLLM's prometheus_client writes them (../shared/fixtures/metrics/
+	// vllm-v0.prom: "# TYPE vllm:num_preemptions_total counter"), so that
+	// a text parser files the sample under the declared counter.
 	counter := func(name, help string, v uint64) {
-		b = append(b, "# HELP "+name+" "+help+"\n# TYPE "+name+" counter\n"+name+"_total"+model+" "...)
+		name += "_total"
+		b = append(b, "# HELP "+name+" "+help+"\n# TYPE "+name+" counter\n"+name+model+" "...)
 		b = strconv.AppendUint(b, v, 10)
 		b = append(b, '\n')
 	}
@@ -91,8 +96,8 @@ func (p *Pod) appendMetrics(b []byte) []byte {
 	counter("vllm:prompt_tokens", "Number of prefill tokens processed.", st.PromptTokens)
 	counter("vllm:generation_tokens", "Number of generation tokens processed.", st.GeneratedTokens)
 
-	b = append(b, "# HELP vllm:request_success Count of successfully processed requests.\n"+
-		"# TYPE vllm:request_success counter\nvllm:request_success_total{finished_reason=\"length\",model_name=\""...)
+	b = append(b, "# HELP vllm:request_success_total Count of successfully processed requests.\n"+
+		"# TYPE vllm:request_success_total counter\nvllm:request_success_total{finished_reason=\"length\",model_name=\""...)
 	b = append(b, escapeLabel(p.model)...)
 	b = append(b, "\"} "...)
 	b = strconv.AppendUint(b, ok, 10)
