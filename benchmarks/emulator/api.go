@@ -169,7 +169,7 @@ func (p *Pod) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool) {
 			p.opts.MaxModelLen, promptTokens+outTokens, promptTokens, outTokens))
 		return
 	}
-	j := newJob(engine.Request{
+	j := newJob(!explicit, engine.Request{
 		ID:           p.nextID.Add(1),
 		Blocks:       blocks,
 		BlockTokens:  blockTokens,
@@ -190,10 +190,7 @@ func (p *Pod) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	rs := &response{
 		pod: p, w: w, chat: chat, model: gr.Model, promptTokens: promptTokens,
-		finishReason: "stop", created: time.Now().Unix(), id: p.responseID(chat, j.req.ID),
-	}
-	if explicit {
-		rs.finishReason = "length"
+		finishReason: finishReasons[j.finishStop()], created: time.Now().Unix(), id: p.responseID(chat, j.req.ID),
 	}
 	if gr.Stream {
 		rs.includeUsage = gr.StreamOptions != nil && gr.StreamOptions.IncludeUsage

@@ -14,7 +14,10 @@ import (
 type job struct {
 	req     engine.Request
 	arrived time.Time
-	notify  chan struct{} // capacity 1: "something changed"
+	// stop reports that the request ends with finish_reason "stop" (it
+	// gave no max_tokens), not "length".
+	stop   bool
+	notify chan struct{} // capacity 1: "something changed"
 
 	mu       sync.Mutex
 	tokens   int  // output tokens produced so far
@@ -25,8 +28,16 @@ type job struct {
 	err      error
 }
 
-func newJob(req engine.Request) *job {
-	return &job{req: req, arrived: time.Now(), notify: make(chan struct{}, 1)}
+func newJob(stop bool, req engine.Request) *job {
+	return &job{req: req, stop: stop, arrived: time.Now(), notify: make(chan struct{}, 1)}
+}
+
+// finishStop is the index of the job's finish reason in finishReasons.
+func (j *job) finishStop() int {
+	if j.stop {
+		return 1
+	}
+	return 0
 }
 
 func (j *job) signal() {

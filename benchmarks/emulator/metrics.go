@@ -41,6 +41,10 @@ func (h *histogram) observe(v float64) {
 	}
 }
 
+// finishReasons are the finish reasons of the emulated requests, in the
+// order of Pod.ok: "length" when max_tokens was given, "stop" otherwise.
+var finishReasons = [...]string{"length", "stop"}
+
 // metricsContentType is the Prometheus text exposition format 0.0.4.
 const metricsContentType = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -96,12 +100,18 @@ func (p *Pod) appendMetrics(b []byte) []byte {
 	counter("vllm:prompt_tokens", "Number of prefill tokens processed.", st.PromptTokens)
 	counter("vllm:generation_tokens", "Number of generation tokens processed.", st.GeneratedTokens)
 
+	// One series per finish reason, labelled finished_reason as vLLM does
+	// (../shared/fixtures/metrics/vllm-v0.prom: "length";
+	// vllm-v0-aibrix-docs-partial.prom: "stop").
 	b = append(b, "# HELP vllm:request_success_total Count of successfully processed requests.\n"+
-		"# TYPE vllm:request_success_total counter\nvllm:request_success_total{finished_reason=\"length\",model_name=\""...)
-	b = append(b, escapeLabel(p.model)...)
-	b = append(b, "\"} "...)
-	b = strconv.AppendUint(b, ok, 10)
-	b = append(b, '\n')
+		"# TYPE vllm:request_success_total counter\n"...)
+	for i, reason := range finishReasons {
+		b = append(b, `vllm:request_success_total{finished_reason="`+reason+`",model_name="`...)
+		b = append(b, escapeLabel(p.model)...)
+		b = append(b, "\"} "...)
+		b = strconv.AppendUint(b, ok[i], 10)
+		b = append(b, '\n')
+	}
 
 	// vllm:lora_requests_info's value is the time of the last update, in
 	// seconds since the epoch; its state is in the labels.

@@ -122,8 +122,10 @@ type Pod struct {
 	up     bool
 	closed bool
 	ttft   histogram
-	ok     uint64 // vllm:request_success_total since the last restart
-	kills  int
+	// ok counts vllm:request_success_total since the last restart, by
+	// finish reason: ok[0] "length", ok[1] "stop" (finishReasons).
+	ok    [2]uint64
+	kills int
 
 	wake    chan struct{}
 	stop    chan struct{} // closed by Close
@@ -341,7 +343,7 @@ func (p *Pod) killLocked() {
 	clear(p.jobs)
 	p.eng.Reset()
 	p.ttft.reset()
-	p.ok = 0
+	p.ok = [2]uint64{}
 	p.log.Info("emulated pod killed", "pod", p.name)
 }
 
@@ -471,7 +473,7 @@ func (p *Pod) deliverLocked(evs []engine.Event) {
 			j.preempted()
 		case engine.Finished:
 			delete(p.jobs, ev.Req)
-			p.ok++
+			p.ok[j.finishStop()]++
 			j.finish(ev.CachedTokens)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -64,4 +65,43 @@ func TestMetricTypesMatchRecordings(t *testing.T) {
 		assert.Equal(t, dto.MetricType_COUNTER, got[name].GetType(), name)
 	}
 	assert.GreaterOrEqual(t, shared, 10, "the page shares most families with the recordings")
+}
+
+// TestRequestSuccessByFinishReason checks that vllm:request_success_total
+// counts each request under the finish reason its response reported
+// (vLLM labels the counter by finished_reason, see vllm-v0.prom).
+func TestRequestSuccessByFinishReason(t *testing.T) {
+	p := startPod(t, Options{})
+	reasons := map[string]float64{}
+	for _, body := range []string{
+		`{"model":"` + DefaultModel + `","prompt":"hello","max_tokens":2}`,
+		`{"model":"` + DefaultModel + `","prompt":"hello","max_tokens":3}`,
+		`{"model":"` + DefaultModel + `","prompt":"hello"}`,
+	} {
+		resp := post(t, p.URL()+"/v1/completions", body)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		c := decode[completion](t, resp)
+		require.Len(t, c.Choices, 1)
+		require.NotNil(t, c.Choices[0].FinishReason)
+		reasons[*c.Choices[0].FinishReason]++
+	}
+	require.Equal(t, map[string]float64{"length": 2, "stop": 1}, reasons)
+
+	fams := families(t, getMetrics(t, p))
+	got := map[string]float64{}
+	var samples []*dto.Metric
+	for _, name := range []string{"vllm:request_success_total", "vllm:request_success"} {
+		if mf, ok := fams[name]; ok {
+			samples = append(samples, mf.GetMetric()...)
+		}
+	}
+	for _, m := range samples {
+		v := m.GetCounter().GetValue() + m.GetUntyped().GetValue()
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "finished_reason" && v > 0 {
+				got[l.GetValue()] += v
+			}
+		}
+	}
+	assert.Equal(t, reasons, got)
 }
