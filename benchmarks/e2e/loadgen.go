@@ -274,7 +274,7 @@ func send(ctx context.Context, client *http.Client, cfg LoadConfig, i int, r *wo
 			case bytes.HasPrefix(payload, []byte(`{"error"`)):
 				o.Status, o.Err = Cut, fmt.Errorf("error event: %s", payload)
 				return o
-			case bytes.Contains(payload, []byte(`"text":`)):
+			case hasText(payload):
 				if o.Tokens == 0 {
 					o.TTFT = time.Since(o.Sent)
 				}
@@ -298,6 +298,20 @@ func send(ctx context.Context, client *http.Client, cfg LoadConfig, i int, r *wo
 		o.Status = OK
 	}
 	return o
+}
+
+// hasText reports whether a completions chunk carries output text: a
+// "text" field that is not the empty string. A finish chunk with empty
+// text, as llm-d-inference-sim sends one after the last token
+// (../shared/fixtures/openai/llm-d-inference-sim/completions-lora-stream.response.sse),
+// carries no token.
+func hasText(payload []byte) bool {
+	_, v, ok := bytes.Cut(payload, []byte(`"text":`))
+	if !ok {
+		return false
+	}
+	v = bytes.TrimLeft(v, " \t")
+	return !bytes.HasPrefix(v, []byte(`""`))
 }
 
 // completionBody returns a streaming /v1/completions body whose prompt is
