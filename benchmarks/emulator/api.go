@@ -163,10 +163,12 @@ func (p *Pod) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool) {
 			break
 		}
 	}
-	if promptTokens+outTokens > p.opts.MaxModelLen {
+	// Compared without the sum, which a max_tokens near 2^63 overflows;
+	// both terms are positive, so their sum fits in a uint64.
+	if outTokens > p.opts.MaxModelLen-promptTokens {
 		apiError(w, http.StatusBadRequest, "BadRequestError", fmt.Sprintf(
 			"This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion",
-			p.opts.MaxModelLen, promptTokens+outTokens, promptTokens, outTokens))
+			p.opts.MaxModelLen, uint64(promptTokens)+uint64(outTokens), promptTokens, outTokens))
 		return
 	}
 	j := newJob(!explicit, engine.Request{

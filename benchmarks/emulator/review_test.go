@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -104,4 +105,41 @@ func TestRequestSuccessByFinishReason(t *testing.T) {
 		}
 	}
 	assert.Equal(t, reasons, got)
+}
+
+// TestHugeMaxTokens sends max_tokens = 2^63-1: prompt plus completion far
+// exceed the context length, so the answer must be vLLM's context-length
+// error (shape of ../shared/fixtures/openai/llm-d-inference-sim/
+// error-400-context-length.response.json), with the exact sum, not a
+// dropped connection.
+func TestHugeMaxTokens(t *testing.T) {
+	p := startPod(t, Options{})
+	for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
+		t.Run(path, func(t *testing.T) {
+			// "hello" renders to 5 bytes, 2 tokens at 4 bytes per token.
+			body := `{"model":"` + DefaultModel + `","prompt":"hello","max_tokens":9223372036854775807}`
+			want := "This model's maximum context length is 8192 tokens. However, you requested 9223372036854775809 tokens (2 in the messages, 9223372036854775807 in the completion). Please reduce the length of the messages or completion"
+			if path == "/v1/chat/completions" {
+				body = `{"model":"` + DefaultModel + `","messages":[{"role":"user","content":"hello"}],"max_tokens":9223372036854775807}`
+				want = ""
+			}
+			resp, err := http.Post(p.URL()+path, "application/json", strings.NewReader(body))
+			require.NoError(t, err)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+			e := decode[struct {
+				Error struct {
+					Message string  `json:"message"`
+					Type    string  `json:"type"`
+					Param   *string `json:"param"`
+					Code    int     `json:"code"`
+				} `json:"error"`
+			}](t, resp)
+			assert.Equal(t, "BadRequestError", e.Error.Type)
+			assert.Equal(t, 400, e.Error.Code)
+			assert.Contains(t, e.Error.Message, "9223372036854775807 in the completion")
+			if want != "" {
+				assert.Equal(t, want, e.Error.Message)
+			}
+		})
+	}
 }
