@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inferroute/inferroute/benchmarks/emulator"
+	"github.com/inferroute/inferroute/benchmarks/sim"
 	"github.com/inferroute/inferroute/benchmarks/workload"
 )
 
@@ -65,4 +67,22 @@ func TestRunLoadCountsTokensOfOpenAIStream(t *testing.T) {
 	o := runOne(t, replay(t, "openai-api/completions-stream-include-usage.response.sse"), 25)
 	assert.Equal(t, OK, o.Status, "%v", o.Err)
 	assert.Equal(t, 25, o.Tokens)
+}
+
+// TestRunHTTPScrapesBeforeTraffic runs one request with the gateway's
+// default scrape interval (GatewayConfig.ScrapeInterval 0, as Overload
+// passes it): runHTTP promises one scrape round before traffic, so every
+// endpoint must have scraped metrics when the load starts.
+func TestRunHTTPScrapesBeforeTraffic(t *testing.T) {
+	w := &workload.Workload{Requests: []workload.Request{{PromptTokens: 16, OutputTokens: 2}}}
+	var scraped []bool
+	run, err := runHTTP(context.Background(), []string{sim.H100, sim.L4}, 10, GatewayConfig{}, w,
+		func(_ context.Context, _ *emulator.Fleet, g *Gateway) {
+			for _, ep := range g.Endpoints() {
+				scraped = append(scraped, ep.Metrics() != nil)
+			}
+		})
+	require.NoError(t, err)
+	assert.Equal(t, OK, run.Load.Outcomes[0].Status, "%v", run.Load.Outcomes[0].Err)
+	assert.Equal(t, []bool{true, true}, scraped)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/inferroute/inferroute/benchmarks/workload"
 	"github.com/inferroute/inferroute/picker"
 	"github.com/inferroute/inferroute/scorer"
+	"github.com/inferroute/inferroute/signals/scrape"
 )
 
 // HeteroProfiles is routebench's "hetero" fleet (benchmarks/sim
@@ -205,8 +206,14 @@ func runHTTP(ctx context.Context, profiles []string, speed float64, gcfg Gateway
 		return nil, err
 	}
 	defer g.Close()
-	// One scrape round before traffic, as a gateway that has been up.
-	time.Sleep(2 * gcfg.ScrapeInterval)
+	// One scrape round before traffic, as a gateway that has been up, at
+	// the interval StartGateway used (a zero one means the scraper's
+	// default).
+	interval := gcfg.ScrapeInterval
+	if interval <= 0 {
+		interval = scrape.DefaultInterval
+	}
+	time.Sleep(2 * interval)
 	var wg sync.WaitGroup
 	dctx, dcancel := context.WithCancel(ctx)
 	if during != nil {
