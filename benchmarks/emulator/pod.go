@@ -219,7 +219,7 @@ func Start(ctx context.Context, opts Options) (p *Pod, err error) {
 	}
 	p.name = opts.Name
 	if p.name == "" {
-		p.name = fmt.Sprintf("%s-%s", opts.Profile, p.addr)
+		p.name = fmt.Sprintf("%s-%d", opts.Profile, ln.Addr().(*net.TCPAddr).Port)
 	}
 	f := opts.Faults
 	p.faults.Store(&f)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -142,4 +143,13 @@ func TestHugeMaxTokens(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDefaultName checks Options.Name's contract: "" means the profile
+// name and the port.
+func TestDefaultName(t *testing.T) {
+	p := startPod(t, Options{Profile: "l4-llama3-8b"})
+	_, port, err := net.SplitHostPort(p.Addr())
+	require.NoError(t, err)
+	assert.Equal(t, "l4-llama3-8b-"+port, p.Name())
 }
