@@ -13,10 +13,10 @@ import (
 func WriteCompare(w io.Writer, r *CompareResult) error {
 	fmt.Fprintf(w, "offered %.2f req/s (fleet capacity %.2f req/s)\n", r.Rate, r.Capacity)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tHTTP n\tHTTP TTFT mean\tHTTP TTFT p99\tsim TTFT mean\tsim TTFT p99\tlost\tcut\ttruncated\twall\t")
+	fmt.Fprintln(tw, "policy\tHTTP n\tHTTP TTFT mean\tHTTP TTFT p99\tsim TTFT mean\tsim TTFT p99\tlost\tcut\ttruncated\ttimed out\tshed\twall\t")
 	for _, p := range r.Policies {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t\n", p.Policy, p.HTTP.N, ms(p.HTTP.Mean), ms(p.HTTP.P99),
-			ms(p.Sim.Mean), ms(p.Sim.P99), p.Lost, p.Cut, p.Truncated, p.Wall.Round(time.Millisecond))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", p.Policy, p.HTTP.N, ms(p.HTTP.Mean), ms(p.HTTP.P99),
+			ms(p.Sim.Mean), ms(p.Sim.P99), p.Lost, p.Cut, p.Truncated, p.TimedOut, p.Shed, p.Wall.Round(time.Millisecond))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,4 +86,25 @@ func TestRunHTTPScrapesBeforeTraffic(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, OK, run.Load.Outcomes[0].Status, "%v", run.Load.Outcomes[0].Err)
 	assert.Equal(t, []bool{true, true}, scraped)
+}
+
+// TestWriteCompareShowsEveryOutcome: the HTTP TTFT summaries cover the
+// answered requests only, so the table shows the requests that timed out
+// or were shed next to the lost, cut and truncated ones: a policy must
+// not look faster for the requests it never answered.
+func TestWriteCompareShowsEveryOutcome(t *testing.T) {
+	r := &CompareResult{Rate: 10, Capacity: 20, Policies: []PolicyResult{
+		{Policy: RoundRobin, HTTP: Summary{N: 95, Mean: 1, P99: 2}, OK: 95, Lost: 1, Cut: 1, Truncated: 0, TimedOut: 2, Shed: 1},
+	}}
+	var sb strings.Builder
+	require.NoError(t, WriteCompare(&sb, r))
+	lines := strings.Split(strings.TrimSpace(sb.String()), "\n")
+	require.Len(t, lines, 3)
+	head, row := strings.Fields(lines[1]), strings.Fields(lines[2])
+	assert.Contains(t, lines[1], "timed out")
+	assert.Contains(t, lines[1], "shed")
+	// The row's counts, in the header's order: lost, cut, truncated,
+	// timed out, shed, then the wall time.
+	require.GreaterOrEqual(t, len(row), 6)
+	assert.Equal(t, []string{"1", "1", "0", "2", "1"}, row[len(row)-6:len(row)-1], "header %q", head)
 }

@@ -98,8 +98,10 @@ type PolicyResult struct {
 	HTTP Summary
 	// Sim summarises routebench's simulated TTFT of the same requests.
 	Sim Summary
-	// OK, Lost, Cut and Truncated count the HTTP outcomes.
-	OK, Lost, Cut, Truncated int
+	// OK, Lost, Cut, Truncated, TimedOut and Shed count the HTTP
+	// outcomes; HTTP summarises the OK ones only, so a run with requests
+	// timed out or shed has fewer than it sent.
+	OK, Lost, Cut, Truncated, TimedOut, Shed int
 	// Wall is the HTTP run's wall time.
 	Wall time.Duration
 }
@@ -173,6 +175,7 @@ func Compare(ctx context.Context, cfg CompareConfig) (*CompareResult, error) {
 		}
 		pr.HTTP = Summarize(res.Load.TTFTs(cfg.Speed))
 		pr.OK, pr.Lost, pr.Cut, pr.Truncated = res.Load.Count(OK), res.Load.Count(Lost), res.Load.Count(Cut), res.Load.Count(Truncated)
+		pr.TimedOut, pr.Shed = res.Load.Count(TimedOut), res.Load.Count(Shed)
 		pr.Wall = res.Load.Elapsed
 		out.Policies = append(out.Policies, pr)
 	}
