@@ -163,6 +163,13 @@ func (p *Pod) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool) {
 			break
 		}
 	}
+	stop := !explicit // the emulated model ends its answer on its own
+	if room := p.opts.MaxModelLen - promptTokens; !explicit && room < outTokens {
+		// vLLM defaults max_tokens to the context the prompt leaves
+		// (max_model_len − prompt tokens), and the answer stops there.
+		// A prompt that leaves no room still fails below.
+		outTokens, stop = max(room, 1), false
+	}
 	// Compared without the sum, which a max_tokens near 2^63 overflows;
 	// both terms are positive, so their sum fits in a uint64.
 	if outTokens > p.opts.MaxModelLen-promptTokens {
@@ -171,7 +178,7 @@ func (p *Pod) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool) {
 			p.opts.MaxModelLen, uint64(promptTokens)+uint64(outTokens), promptTokens, outTokens))
 		return
 	}
-	j := newJob(!explicit, engine.Request{
+	j := newJob(stop, engine.Request{
 		ID:           p.nextID.Add(1),
 		Blocks:       blocks,
 		BlockTokens:  blockTokens,

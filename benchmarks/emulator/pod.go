@@ -23,7 +23,8 @@ const (
 	DefaultProfile = "h100-llama3-8b"
 	// DefaultModel is the served base model name.
 	DefaultModel = "meta-llama/Llama-3.1-8B-Instruct"
-	// DefaultMaxTokens is the output length of a request without max_tokens.
+	// DefaultMaxTokens is the output length of a request without
+	// max_tokens, when the context the prompt leaves is at least that.
 	DefaultMaxTokens = 64
 	// DefaultMaxRequests bounds the inference requests one pod serves.
 	DefaultMaxRequests = 1 << 20
@@ -84,7 +85,9 @@ type Options struct {
 	// MaxModelLen bounds prompt plus max_tokens; 0 means DefaultMaxModelLen.
 	MaxModelLen int
 	// DefaultMaxTokens is the output length of a request without
-	// max_tokens; 0 means DefaultMaxTokens.
+	// max_tokens (finish reason "stop"); 0 means DefaultMaxTokens. When the
+	// prompt leaves less of MaxModelLen, the answer takes what is left
+	// (finish reason "length"), as vLLM's default max_tokens does.
 	DefaultMaxTokens int
 	// MaxRequests bounds the inference requests the pod serves; later ones
 	// get 503. 0 means DefaultMaxRequests.

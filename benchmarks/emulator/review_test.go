@@ -153,3 +153,37 @@ func TestDefaultName(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "l4-llama3-8b-"+port, p.Name())
 }
+
+// TestDefaultMaxTokensFitsTheContext: a request without max_tokens gets
+// at most the context the prompt leaves, as vLLM defaults max_tokens to
+// max_model_len minus the prompt, instead of a 400 for an output length
+// the client never asked for; a prompt that leaves no room is still a 400.
+func TestDefaultMaxTokensFitsTheContext(t *testing.T) {
+	p := startPod(t, Options{MaxModelLen: 100})
+	post := func(promptTokens int) *http.Response {
+		t.Helper()
+		body := `{"model":"` + DefaultModel + `","prompt":"` + strings.Repeat("abcd", promptTokens) + `"}`
+		resp, err := http.Post(p.URL()+"/v1/completions", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		return resp
+	}
+	resp := post(90) // 90 prompt tokens, 10 left, DefaultMaxTokens is 64
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	c := decode[struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}](t, resp)
+	assert.Equal(t, 90, c.Usage.PromptTokens)
+	assert.Equal(t, 10, c.Usage.CompletionTokens, "the context left")
+	require.Len(t, c.Choices, 1)
+	assert.Equal(t, "length", c.Choices[0].FinishReason)
+
+	resp = post(100) // the prompt fills the context
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	resp.Body.Close()
+}
