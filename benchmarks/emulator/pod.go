@@ -120,7 +120,7 @@ type Pod struct {
 	mu     sync.Mutex // guards everything below
 	eng    *engine.Engine
 	jobs   map[*engine.Request]*job
-	vt     time.Duration // virtual time of the engine
+	vt     time.Duration // virtual time at the end of the engine's last step
 	srv    *http.Server
 	up     bool
 	closed bool
@@ -391,32 +391,46 @@ func (p *Pod) Close() {
 // Done returns a channel closed when the pod has stopped for good.
 func (p *Pod) Done() <-chan struct{} { return p.stopped }
 
-// vnowLocked returns the engine's virtual time: it advances with the
-// engine's steps and, while the engine idles, with the wall clock times
-// Speed. p.mu must be held.
+// vnowLocked returns the virtual time of an event now: the wall clock
+// since the start times Speed, or the end of the engine's last step when
+// that is later (a step stretched by the SlowDown fault). p.mu must be
+// held.
 func (p *Pod) vnowLocked() time.Duration {
-	wall := time.Duration(float64(time.Since(p.start)) * p.speed)
-	p.vt = max(p.vt, wall)
-	return p.vt
+	return max(p.vt, time.Duration(float64(time.Since(p.start))*p.speed))
 }
 
-// loop runs the engine: plan a step, sleep its duration over Speed (times
-// the SlowDown fault), apply it, deliver its events.
+// loop runs the engine: plan a step, wait until its end, apply it, deliver
+// its events. Steps follow each other on the pod's own timeline while the
+// engine has work, as a GPU runs them back to back: each starts where the
+// last ended (p.vt) and ends, on the wall clock, at the pod's start plus
+// its virtual end over Speed (a step's duration times the SlowDown fault).
+// The loop waits for that deadline rather than sleeping each step's
+// duration, so when the process is descheduled for a while (a busy
+// machine) the late steps run at once until the pod has caught up: the
+// stall delays tokens by as long as it lasted instead of taking that much
+// GPU time from the pod for good, and the loop's own overhead is not lost
+// at every step either. A step after an idle spell starts at the time of
+// the wake-up.
 func (p *Pod) loop() {
 	defer close(p.stopped)
 	var evs []engine.Event
 	var timer *time.Timer
+	busy := false // the last step ended at p.vt and the engine had work
 	for {
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
 			return
 		}
-		at := p.vnowLocked()
+		at := p.vt
+		if !busy {
+			at = p.vnowLocked()
+		}
 		d, ok := p.eng.StartStep(at)
 		kills := p.kills
 		p.mu.Unlock()
 		if !ok {
+			busy = false
 			select {
 			case <-p.wake:
 				continue
@@ -424,15 +438,15 @@ func (p *Pod) loop() {
 				return
 			}
 		}
-		wall := time.Duration(float64(d) / p.speed)
+		end := at + d
 		if s := p.faults.Load().SlowDown; s > 1 {
-			wall = time.Duration(float64(wall) * s)
+			end = at + time.Duration(float64(d)*s)
 		}
-		if wall > 0 {
+		if wait := time.Until(p.start.Add(time.Duration(float64(end) / p.speed))); wait > 0 {
 			if timer == nil {
-				timer = time.NewTimer(wall)
+				timer = time.NewTimer(wait)
 			} else {
-				timer.Reset(wall)
+				timer.Reset(wait)
 			}
 			select {
 			case <-timer.C:
@@ -444,12 +458,14 @@ func (p *Pod) loop() {
 		p.mu.Lock()
 		if p.kills != kills {
 			// Reset dropped the planned step.
+			busy = false
 			p.mu.Unlock()
 			continue
 		}
-		p.vt = max(p.vt, at+d)
-		evs = p.eng.FinishStep(p.vt, evs[:0])
+		p.vt = max(p.vt, end)
+		evs = p.eng.FinishStep(at+d, evs[:0])
 		p.deliverLocked(evs)
+		busy = true
 		p.mu.Unlock()
 		clear(evs)
 	}

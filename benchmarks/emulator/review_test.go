@@ -8,13 +8,17 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inferroute/inferroute/benchmarks/engine"
 )
 
 // metricsFixtures is shared/fixtures/metrics, beside the checkout.
@@ -186,4 +190,55 @@ func TestDefaultMaxTokensFitsTheContext(t *testing.T) {
 	resp = post(100) // the prompt fills the context
 	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	resp.Body.Close()
+}
+
+// TestStallDoesNotCostGPUTime: steps run back to back on the pod's own
+// timeline, so a stall of the emulator's loop (the process descheduled on
+// a busy machine; here the pod's lock held for a while) only delays the
+// tokens: the engine's virtual time from the request's arrival to its end
+// is the sum of its steps' durations, computed independently by stepping
+// a fresh engine of the same configuration, not that plus the stall.
+func TestStallDoesNotCostGPUTime(t *testing.T) {
+	const speed, outTokens = 2, 100
+	const stall = 200 * time.Millisecond
+	p := startPod(t, Options{Speed: speed})
+
+	// The reference: the same request alone on an idle engine.
+	p.mu.Lock()
+	ref := engine.New(p.eng.Config())
+	p.mu.Unlock()
+	require.NoError(t, ref.Add(0, &engine.Request{PromptTokens: 2, OutputTokens: outTokens, BlockTokens: blockTokens}))
+	var total time.Duration
+	var evs []engine.Event
+	for {
+		d, ok := ref.StartStep(total)
+		if !ok {
+			break
+		}
+		total += d
+		evs = ref.FinishStep(total, evs[:0])
+	}
+	require.True(t, ref.Idle())
+
+	p.mu.Lock()
+	v0 := p.vnowLocked()
+	p.mu.Unlock()
+	go func() {
+		time.Sleep(stall / 4)
+		p.mu.Lock()
+		time.Sleep(stall)
+		p.mu.Unlock()
+	}()
+	body := `{"model":"` + DefaultModel + `","prompt":"hello","max_tokens":` + strconv.Itoa(outTokens) + `}`
+	resp, err := http.Post(p.URL()+"/v1/completions", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp.Body.Close()
+	p.mu.Lock()
+	v1 := p.vt
+	p.mu.Unlock()
+	// The request's steps take total; the time from v0 to its first step
+	// (the loop waking up) is well under the stall.
+	assert.GreaterOrEqual(t, v1-v0, total)
+	assert.Less(t, v1-v0, total+speed*stall/2, "the stall cost the pod GPU time: %v of virtual time for %v of steps", v1-v0, total)
 }
