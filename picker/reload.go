@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"time"
@@ -19,8 +20,12 @@ import (
 // place (as Kubernetes does for ConfigMap volumes), so that a half-written
 // file, which may still parse, is never read.
 // After that WatchConfigFile blocks until ctx is done and returns nil: run
-// it in its own goroutine.
+// it in its own goroutine. A non-positive interval is an error, returned at
+// once without reading the file.
 func (p *Picker) WatchConfigFile(ctx context.Context, path string, interval time.Duration) error {
+	if interval <= 0 {
+		return fmt.Errorf("picker: config watch interval %v is not positive", interval)
+	}
 	last, err := p.loadFile(path, nil)
 	if err != nil {
 		return err
