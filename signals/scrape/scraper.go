@@ -216,6 +216,7 @@ type Scraper struct {
 	mu       sync.Mutex
 	rng      *rand.Rand
 	targets  map[*signals.Endpoint]*target
+	leaving  map[*signals.Endpoint]*target // removed while busy
 	queue    targetHeap
 	deadline time.Time
 	started  bool
@@ -234,7 +235,7 @@ type target struct {
 	// Guarded by Scraper.mu.
 	next     time.Time
 	heapIdx  int
-	busy     bool
+	busy     bool // popped from the queue: a scrape is in flight or about to start
 	removed  bool
 	status   Status
 	lastSent time.Time
@@ -260,6 +261,7 @@ func New(cfg Config, opts ...Option) (*Scraper, error) {
 		maps:    map[string]*compiledMap{},
 		seed:    1,
 		targets: map[*signals.Endpoint]*target{},
+		leaving: map[*signals.Endpoint]*target{},
 		wake:    make(chan struct{}, 1),
 	}
 	for _, o := range opts {
@@ -315,8 +317,11 @@ func defaultClient(timeout time.Duration) *http.Client {
 // identified by pointer: one already in the set keeps its state (previous
 // counters, failure count), a new one is first scraped within one interval
 // (at a random offset), and one no longer listed is dropped (a scrape of it
-// in flight completes but is not rescheduled). eps is not retained; nil
-// entries are ignored. It never blocks on I/O.
+// in flight completes but is not rescheduled). One listed again while a
+// scrape of it is still in flight is not new: it keeps its state and is
+// rescheduled when that scrape completes, so that an endpoint is never
+// scraped twice at once. eps is not retained; nil entries are ignored. It
+// never blocks on I/O.
 func (s *Scraper) SetEndpoints(eps []*signals.Endpoint) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -328,6 +333,12 @@ func (s *Scraper) SetEndpoints(eps []*signals.Endpoint) {
 		}
 		keep[ep] = true
 		if _, ok := s.targets[ep]; ok {
+			continue
+		}
+		if t := s.leaving[ep]; t != nil {
+			t.removed = false
+			delete(s.leaving, ep)
+			s.targets[ep] = t
 			continue
 		}
 		t := s.newTarget(ep)
@@ -342,6 +353,8 @@ func (s *Scraper) SetEndpoints(eps []*signals.Endpoint) {
 		t.removed = true
 		if t.heapIdx >= 0 {
 			heap.Remove(&s.queue, t.heapIdx)
+		} else if t.busy {
+			s.leaving[ep] = t
 		}
 		delete(s.targets, ep)
 	}
@@ -489,7 +502,11 @@ func (s *Scraper) run(ctx context.Context, t *target) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t.busy = false
-	if t.removed || ctx.Err() != nil {
+	if t.removed {
+		delete(s.leaving, t.ep)
+		return
+	}
+	if ctx.Err() != nil {
 		return
 	}
 	t.next = s.nextScrape(t.lastSent, t.status.ConsecutiveFailures)
