@@ -53,8 +53,10 @@ func runDemoMain(listen string) error {
 }
 
 // runDemo starts the emulated fleet on loopback ports, prints how to use
-// it to out, and serves the gateway on ln until ctx ends. Every 10 s it
-// logs how many requests each pod received, when that changed.
+// it to out, and serves the gateway on ln until ctx ends, then drains it
+// as run does; the pods stop after the drain, so that the streams they
+// serve can finish. Every 10 s it logs how many requests each pod
+// received, when that changed.
 func runDemo(ctx context.Context, ln net.Listener, out io.Writer, log *slog.Logger) error {
 	opts := make([]emulator.Options, len(demoProfiles))
 	for i, p := range demoProfiles {
@@ -66,7 +68,9 @@ func runDemo(ctx context.Context, ln net.Listener, out io.Writer, log *slog.Logg
 			Lifetime: demoLifetime,
 		}
 	}
-	fleet, err := emulator.StartFleet(ctx, opts)
+	// Not ctx: a pod stopped with it would cut the streams the gateway is
+	// draining. The deferred Close stops the fleet once run has returned.
+	fleet, err := emulator.StartFleet(context.WithoutCancel(ctx), opts)
 	if err != nil {
 		_ = ln.Close()
 		return err
