@@ -8,9 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/inferroute/inferroute/benchmarks/emulator"
@@ -40,7 +38,7 @@ func runDemoMain(listen string) error {
 	if listen == "" {
 		listen = "127.0.0.1:8080"
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, demoLifetime)
 	defer cancel()

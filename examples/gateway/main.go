@@ -71,20 +71,26 @@ func mainErr() error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	defer stop()
-	go func() {
-		// After the first signal, which starts the drain, a second one
-		// ends the process at once (the default action), rather than being
-		// swallowed while streams drain.
-		<-ctx.Done()
-		stop()
-	}()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
 	}
 	return run(ctx, cfg, ln, log)
+}
+
+// signalContext returns a context that the first SIGINT or SIGTERM
+// cancels, which starts the drain. After it a second one ends the process
+// at once (the default action) rather than being swallowed while streams
+// drain.
+func signalContext() (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	return ctx, stop
 }
 
 func newLogger(level string) (*slog.Logger, error) {

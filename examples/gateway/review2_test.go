@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,4 +57,64 @@ func TestDemoDrainsStreams(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the demo did not stop")
 	}
+}
+
+// TestDemoSecondSignalEndsAtOnce: in demo mode too, the first SIGTERM
+// starts the drain and a second one ends the process at once, by the
+// signal's default action, instead of being swallowed until the stream in
+// flight or the drain timeout ends.
+func TestDemoSecondSignalEndsAtOnce(t *testing.T) {
+	bin := gatewayBinary(t)
+	addr := deadAddr(t)
+	cmd := exec.Command(bin, "--demo", "-listen", addr)
+	var out syncBuf
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	url := "http://" + addr
+	require.Eventually(t, func() bool {
+		r, err := http.Get(url + "/v1/models")
+		if err != nil {
+			return false
+		}
+		_ = r.Body.Close()
+		return r.StatusCode == http.StatusOK
+	}, 20*time.Second, 20*time.Millisecond, "the demo serves: %s", out.String())
+
+	// A stream far longer than the demo's drain timeout.
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(
+		`{"model":"llama","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":2000}`))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	first, err := bufio.NewReader(resp.Body).ReadString('\n')
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(first, "data: "), first)
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "draining") }, 10*time.Second, 5*time.Millisecond)
+	// The second signal, repeated until the process is gone: the first
+	// may come before the drain has given the signal back its default.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(15 * time.Second)
+wait:
+	for {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+			break wait
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("the process did not exit: %s", out.String())
+		}
+	}
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, ok)
+	assert.True(t, ws.Signaled() && ws.Signal() == syscall.SIGTERM,
+		"killed by the second SIGTERM, not exited after the drain (%v)", cmd.ProcessState)
 }
