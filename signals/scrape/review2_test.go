@@ -114,3 +114,21 @@ func TestRelistedEndpointNotScrapedTwiceAtOnce(t *testing.T) {
 	eventually(t, func() bool { return scrapes(a) >= 1 }, "a's hanging scrape not recorded")
 	assert.Equal(t, known(1), a.Metrics().Running)
 }
+
+// TestBackoffDoesNotWrap: the backoff doubles the interval per failure up
+// to MaxBackoff without overflowing: an interval of 2^34+1 ns (about
+// 17.2 s) shifted left by 30 wraps around to 2^30 ns (about 1.07 s), and
+// a failing endpoint must not be scraped more often after 30 failures than
+// after one.
+func TestBackoffDoesNotWrap(t *testing.T) {
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	interval := time.Duration(1<<34 + 1)
+	s := newTestScraper(t, Config{Interval: interval, MaxBackoff: time.Hour, Jitter: -1})
+	for _, failures := range []int{1, 2, 7, 30, 31, 62, 63, 64, 1000} {
+		want := time.Hour
+		if failures <= 7 { // 2^7 × 17.2 s = 36.6 min, below the hour
+			want = interval << failures
+		}
+		assert.Equal(t, want, s.nextScrape(base, failures).Sub(base), "%d failures", failures)
+	}
+}

@@ -526,10 +526,17 @@ func (s *Scraper) run(ctx context.Context, t *target) {
 func (s *Scraper) nextScrape(sent time.Time, failures int) time.Time {
 	d := s.cfg.Interval
 	if failures > 0 {
-		d = s.cfg.Interval << min(failures, 30)
-		if d <= 0 || d > s.cfg.MaxBackoff {
-			d = s.cfg.MaxBackoff
+		// Doubled while below the cap, never shifted past it: a shift
+		// by the failure count overflows and wraps around for long
+		// intervals (2^34 ns << 30 is 2^64).
+		for i := 0; i < failures && d < s.cfg.MaxBackoff; i++ {
+			if d > s.cfg.MaxBackoff/2 {
+				d = s.cfg.MaxBackoff
+			} else {
+				d *= 2
+			}
 		}
+		d = min(d, s.cfg.MaxBackoff)
 	}
 	if s.cfg.Jitter > 0 {
 		d += time.Duration(float64(d) * s.cfg.Jitter * (2*s.rng.Float64() - 1))
