@@ -127,6 +127,7 @@ type Index struct {
 	nsets    int     // bitsets in use
 	lists    []int32 // list slab: list k is lists[k·listLen : (k+1)·listLen]
 	listFree []uint32
+	nlists   int // lists in use
 	entries  int // (block, endpoint) entries
 	epoch    uint64
 	// version changes whenever an endpoint's state is created, dropped or
@@ -664,11 +665,36 @@ func (ix *Index) newList() (uint32, []int32) {
 		k = uint32(len(ix.lists) / listLen)
 		ix.lists = append(ix.lists, make([]int32, listLen)...)
 	}
+	ix.nlists++
 	l := ix.list(uint64(k))
 	for i := range l {
 		l[i] = -1
 	}
 	return k, l
+}
+
+// freeSet returns bitset k to the free bitsets, and the slab's memory once
+// no bitset is in use: the slab never moves a set, so it cannot shrink
+// while any is, but an index whose shared blocks have all gone (its
+// endpoints left or restarted) does not keep the slab of its busiest time.
+func (ix *Index) freeSet(k uint32) {
+	ix.nsets--
+	if ix.nsets == 0 {
+		ix.sets, ix.setFree = nil, nil
+		return
+	}
+	ix.setFree = append(ix.setFree, k)
+}
+
+// freeList returns list k to the free lists, and the slab's memory once no
+// list is in use, as freeSet.
+func (ix *Index) freeList(k uint32) {
+	ix.nlists--
+	if ix.nlists == 0 {
+		ix.lists, ix.listFree = nil, nil
+		return
+	}
+	ix.listFree = append(ix.listFree, k)
 }
 
 func (ix *Index) addHolder(h uint64, slot int32) {
@@ -694,7 +720,7 @@ func (ix *Index) addHolder(h uint64, slot int32) {
 			bs[s>>6] |= 1 << (s & 63)
 		}
 		bs[slot>>6] |= 1 << (slot & 63)
-		ix.listFree = append(ix.listFree, uint32(v))
+		ix.freeList(uint32(v))
 		ix.blocks.Put(h, bitsetTag|uint64(k))
 		return
 	}
@@ -742,8 +768,7 @@ func (ix *Index) removeHolder(h uint64, slot int32) {
 				return
 			}
 		}
-		ix.setFree = append(ix.setFree, uint32(v))
-		ix.nsets--
+		ix.freeSet(uint32(v))
 		ix.blocks.Delete(h)
 		return
 	case listTag:
@@ -757,7 +782,7 @@ func (ix *Index) removeHolder(h uint64, slot int32) {
 			}
 		}
 		if left == 0 {
-			ix.listFree = append(ix.listFree, uint32(v))
+			ix.freeList(uint32(v))
 			ix.blocks.Delete(h)
 		}
 		return

@@ -3,6 +3,7 @@ package prefix
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -298,4 +299,42 @@ func TestIndexAgainstModel(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestIndexMemoryReturnsWhenEmptied: once every endpoint has left, the
+// index holds no entries and no blocks, so its memory must come back to
+// the bookkeeping of the endpoint slots it has handed out, whatever holder
+// sets (inline, lists, bitsets) its shared blocks used meanwhile: checked
+// against Stats and against the Go heap.
+func TestIndexMemoryReturnsWhenEmptied(t *testing.T) {
+	eps := newEndpoints(300) // over 256 slots: lists and bitsets of 8 words
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	ix := newIndex(t, IndexConfig{Stride: 1, DefaultCapacity: 1 << 20})
+	for k := 0; k < 60; k++ {
+		p := chain(nil, 200, uint64(k)+1)
+		holders := 6 // a list
+		if k%2 == 0 {
+			holders = 12 // a bitset
+		}
+		for j := range holders {
+			ix.Dispatched(&signals.Request{PromptBlocks: p}, eps[(k*7+j*23)%len(eps)])
+		}
+	}
+	require.Greater(t, ix.Stats().Bytes, int64(300_000))
+	ix.Forget(eps...)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	heap := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	s := ix.Stats()
+	runtime.KeepAlive(ix)
+	require.Zero(t, s.Entries)
+	require.Zero(t, s.Blocks)
+	// What is left: per slot its bookkeeping (the slot's pointer, its
+	// stamp, its free-list entry), and the index's fixed parts (shard
+	// headers, live bitset, maps): far below 64 KB.
+	const left = 64 << 10
+	require.Less(t, heap, int64(left), "heap held by an emptied index")
+	require.Less(t, s.Bytes-int64(len(eps))*endpointBytes, int64(left), "Stats.Bytes of an emptied index: %d", s.Bytes)
 }
