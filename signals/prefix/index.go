@@ -879,7 +879,12 @@ func (m *Matches) level(d, words int) []uint64 { return m.work[d*words : (d+1)*w
 // bisection over the prompt's indexed positions, O(d·log(blocks/Stride))
 // lookups for d distinct match lengths. Because hashes are chained and
 // eviction is tail first, an endpoint that holds an indexed position holds
-// every one before it, which is what makes bisection exact. Lookup reads
+// every one before it, which is what makes bisection exact. The one
+// exception is the approximate in-flight count (see Completed): a failed
+// request whose entry was evicted and recorded again by another can
+// remove an early position of a prompt whose later positions stay; such
+// an endpoint's match may then be any of its held run lengths, and Match
+// agrees with Lookup on it. Lookup reads
 // no per-endpoint memory: it compares signals.RestartEpoch with the epoch
 // at which the index last validated its endpoints' generations, and only
 // on the first Lookup after an endpoint anywhere in the process restarted
