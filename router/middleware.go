@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -49,13 +50,18 @@ func (d *Decision) FirstToken() { d.res.FirstToken() }
 // Done reports the outcome to the picker. Only the first call counts, so
 // the next handler may call it with the real TTFT and token usage, and the
 // Middleware calls it after the handler returns with what it observed
-// (first byte written, status ≥ 500 as an error) if the handler did not.
-// Safe for concurrent use.
+// (first byte written; as an error a final status ≥ 500, the client gone
+// before the handler returned, or a handler that panicked) if the handler
+// did not. Safe for concurrent use.
 func (d *Decision) Done(o signals.Outcome) {
 	if d.once.CompareAndSwap(false, true) {
 		d.done(o)
 	}
 }
+
+// errHandlerAborted is the outcome reported when the next handler panicked
+// (http.ErrAbortHandler included) or exited its goroutine.
+var errHandlerAborted = errors.New("inferroute router: the handler behind the Middleware aborted")
 
 type decisionKey struct{}
 
@@ -140,20 +146,31 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			r2.Header.Set("Content-Length", strconv.Itoa(len(c.send)))
 		}
 		rw := &watchWriter{ResponseWriter: w, clock: p.clock, start: c.start, status: http.StatusOK, d: d}
+		returned := false // next returned rather than panicked or exited
 		defer func() {
 			o := signals.Outcome{Latency: p.clock.Now().Sub(c.start)}
+			status := rw.status
 			if rw.wrote {
 				o.TTFT = rw.first.Sub(c.start)
 				o.Buffered = mediaType(rw.Header().Get("Content-Type")) != eventStream
 				c.buffered = o.Buffered
 			}
-			if rw.status >= 500 {
+			switch {
+			case !returned:
+				// httputil.ReverseProxy panics with http.ErrAbortHandler
+				// when the upstream body breaks off: the response is not
+				// whole, whatever its status.
+				o.Err = errHandlerAborted
+			case r.Context().Err() != nil:
+				o.Err, status = r.Context().Err(), 499
+			case rw.status >= 500:
 				o.Err = fmt.Errorf("%w: %d", ErrUpstreamStatus, rw.status)
 			}
 			d.Done(o)
-			p.inst.request(r.Context(), c, rw.status, o.Latency, o.TTFT)
+			p.inst.request(r.Context(), c, status, o.Latency, o.TTFT)
 		}()
 		next.ServeHTTP(rw, r2)
+		returned = true
 	})
 }
 
@@ -170,7 +187,9 @@ type watchWriter struct {
 }
 
 func (w *watchWriter) WriteHeader(code int) {
-	if !w.header {
+	// An interim 1xx response (103 Early Hints) comes before the final
+	// one, whose status is the response's; 101 Switching Protocols is final.
+	if !w.header && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		w.header = true
 		w.status = code
 	}

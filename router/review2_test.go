@@ -1,0 +1,105 @@
+package router
+
+import (
+	"context"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMiddlewareReportsAbortedHandlers: a next handler that panics (as
+// httputil.ReverseProxy does with http.ErrAbortHandler when the upstream
+// body breaks off mid-stream) or whose client went away did not serve the
+// request: the Middleware's Done reports an error, not a success.
+func TestMiddlewareReportsAbortedHandlers(t *testing.T) {
+	t.Run("ReverseProxy aborts a broken stream", func(t *testing.T) {
+		// The upstream declares 1000 bytes, sends a few and closes.
+		s := newRawServer(t, func(int, *http.Request) (string, bool) {
+			return "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 1000\r\n\r\npartial", true
+		})
+		e := newEnv(t, Config{}, s.addr())
+		mw, err := NewMiddleware(e.proxy.Table(), Config{Clock: e.clock})
+		require.NoError(t, err)
+		rp := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+			d, _ := FromContext(pr.In.Context())
+			pr.SetURL(&url.URL{Scheme: "http", Host: d.Endpoint.Address})
+		}, ErrorLog: discardLog()}
+		srv := httptest.NewServer(mw.Wrap(rp))
+		defer srv.Close()
+		r, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"llama"}`))
+		if err == nil {
+			_, rerr := io.ReadAll(r.Body)
+			_ = r.Body.Close()
+			assert.Error(t, rerr, "the client sees a broken response")
+		}
+		o := e.rec.next(t)
+		assert.Error(t, o.out.Err, "a handler that aborted did not serve the request")
+		assert.Equal(t, 1, e.rec.count())
+		e.requireIdle(t)
+	})
+	t.Run("handler panics", func(t *testing.T) {
+		e := newEnv(t, Config{}, "10.0.0.1:8000")
+		mw, err := NewMiddleware(e.proxy.Table(), Config{Clock: e.clock})
+		require.NoError(t, err)
+		h := mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"llama"}`))
+		func() {
+			defer func() { assert.Equal(t, "boom", recover(), "the panic goes on to the server") }()
+			h.ServeHTTP(httptest.NewRecorder(), req)
+		}()
+		o := e.rec.next(t)
+		assert.Error(t, o.out.Err)
+		assert.Equal(t, 1, e.rec.count())
+		e.requireIdle(t)
+	})
+	t.Run("client went away", func(t *testing.T) {
+		e := newEnv(t, Config{}, "10.0.0.1:8000")
+		mw, err := NewMiddleware(e.proxy.Table(), Config{Clock: e.clock})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			cancel() // the client leaves while the handler waits for the upstream
+			<-r.Context().Done()
+		}))
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"llama"}`)).WithContext(ctx)
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		o := e.rec.next(t)
+		assert.ErrorIs(t, o.out.Err, context.Canceled)
+		e.requireIdle(t)
+	})
+}
+
+// TestMiddlewareStatusAfterInterim: an interim 1xx response (103 Early
+// Hints, which httputil.ReverseProxy forwards) is not the response's
+// status: a 5xx after it is still reported as an error.
+func TestMiddlewareStatusAfterInterim(t *testing.T) {
+	e := newEnv(t, Config{}, "10.0.0.1:8000")
+	mw, err := NewMiddleware(e.proxy.Table(), Config{Clock: e.clock})
+	require.NoError(t, err)
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "overloaded")
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	r, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"llama"}`))
+	require.NoError(t, err)
+	_ = r.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, r.StatusCode)
+	o := e.rec.next(t)
+	assert.ErrorIs(t, o.out.Err, ErrUpstreamStatus)
+	e.requireIdle(t)
+}
+
+// discardLog is a log.Logger that drops everything.
+func discardLog() *log.Logger { return log.New(io.Discard, "", 0) }
