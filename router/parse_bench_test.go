@@ -128,6 +128,7 @@ type cannedTransport struct{ body []byte }
 
 func (c cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	_, _ = io.Copy(io.Discard, r.Body)
+	_ = r.Body.Close() // as http.RoundTripper must
 	return &http.Response{
 		StatusCode: 200, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header:        http.Header{"Content-Type": {"application/json"}},

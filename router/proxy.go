@@ -255,6 +255,10 @@ type call struct {
 	// buffered: the response body came whole, not as an SSE stream, so
 	// its first byte (the TTFT measured) followed its last token.
 	buffered bool
+	// open counts the request bodies handed to Config.Transport that it has
+	// not closed yet (see sentBody): they read send, so the call is not
+	// reused while any is open.
+	open atomic.Int32
 }
 
 // noCancel is the cancel of an attempt that made no context of its own.
@@ -265,6 +269,9 @@ func (p *Proxy) getCall() *call { return p.calls.Get().(*call) }
 func (p *Proxy) putCall(c *call) {
 	if cap(c.body) > 4*DefaultMaxBodyBytes || cap(c.rbuf) > 4*DefaultMaxBodyBytes {
 		return // do not keep outsized buffers
+	}
+	if c.open.Load() != 0 {
+		return // a Config.Transport still reads the request body
 	}
 	blocks := c.req.PromptBlocks[:0]
 	body, line, out, rbuf, br := c.body[:0], c.line[:0], c.out[:0], c.rbuf[:0], c.br
@@ -717,16 +724,45 @@ func (p *Proxy) httpRequest(actx context.Context, r *http.Request, c *call, ep *
 	if len(c.send) > 0 || (r.Method != http.MethodGet && r.Method != http.MethodHead) {
 		// The body is the call's buffer itself: GetBody replays the same
 		// bytes on the transport's own retries, no second copy.
-		body := c.send
-		out.Body = io.NopCloser(bytes.NewReader(body))
-		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-		out.ContentLength = int64(len(body))
-		if len(body) == 0 {
-			out.Body = http.NoBody
+		out.ContentLength = int64(len(c.send))
+		out.Body = http.NoBody
+		if len(c.send) > 0 {
+			b := newSentBody(c, c.send)
+			out.Body, out.GetBody = b, b.reopen
 		}
 	}
 	return out
 }
+
+// sentBody is a request body handed to Config.Transport: data, a buffer of
+// the call, read in place. An http.RoundTripper may read and close the body
+// after RoundTrip returned (net/http.Transport goes on writing it when the
+// response arrives first), so the call, counting its open bodies, is not
+// reused before every one is closed.
+type sentBody struct {
+	bytes.Reader
+	c      *call
+	data   []byte
+	closed atomic.Bool
+}
+
+func newSentBody(c *call, data []byte) *sentBody {
+	c.open.Add(1)
+	b := &sentBody{c: c, data: data}
+	b.Reset(data)
+	return b
+}
+
+// Close implements io.Closer; calls after the first are no-ops.
+func (b *sentBody) Close() error {
+	if b.closed.CompareAndSwap(false, true) {
+		b.c.open.Add(-1)
+	}
+	return nil
+}
+
+// reopen is the request's GetBody: a new body of the same bytes.
+func (b *sentBody) reopen() (io.ReadCloser, error) { return newSentBody(b.c, b.data), nil }
 
 // firstByte records when the first response body byte arrives and reports
 // it to the pick (picker.Result.FirstToken), when there is one.

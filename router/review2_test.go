@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -103,3 +105,53 @@ func TestMiddlewareStatusAfterInterim(t *testing.T) {
 
 // discardLog is a log.Logger that drops everything.
 func discardLog() *log.Logger { return log.New(io.Discard, "", 0) }
+
+// lateReader is a Config.Transport that answers at once and reads the
+// request body only later, in another goroutine, as http.RoundTripper
+// allows ("may [close the body] in a separate goroutine even after
+// RoundTrip returns") and as net/http.Transport does when a server answers
+// before it has read the whole request.
+type lateReader struct {
+	release chan struct{}
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	got     []string
+}
+
+func (l *lateReader) RoundTrip(r *http.Request) (*http.Response, error) {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		<-l.release
+		b, _ := io.ReadAll(r.Body)
+		_ = r.Body.Close()
+		l.mu.Lock()
+		l.got = append(l.got, string(b))
+		l.mu.Unlock()
+	}()
+	return &http.Response{
+		StatusCode: 200, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(strings.NewReader("{}")),
+		ContentLength: 2, Request: r,
+	}, nil
+}
+
+// TestProxyTransportBodyNotReusedBeforeClose: with a Config.Transport, the
+// request body handed to RoundTrip stays as it was sent until the transport
+// closes it, even after the Proxy has answered and taken the next request.
+func TestProxyTransportBodyNotReusedBeforeClose(t *testing.T) {
+	lr := &lateReader{release: make(chan struct{})}
+	e := newEnv(t, Config{Transport: lr}, "10.0.0.1:8000")
+	var sent []string
+	for i := range 16 {
+		body := fmt.Sprintf(`{"model":"%s","messages":[{"role":"user","content":"request %02d"}]}`, baseModel, i)
+		sent = append(sent, body)
+		w := httptest.NewRecorder()
+		e.proxy.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body)))
+		require.Equal(t, 200, w.Code)
+		e.rec.next(t)
+	}
+	close(lr.release)
+	lr.wg.Wait()
+	assert.ElementsMatch(t, sent, lr.got, "each request's body as it was sent")
+}
