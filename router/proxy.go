@@ -600,7 +600,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 			lastErr, lastConnect = err, true
 			continue
 		}
-		if resp.StatusCode >= 500 && i < len(targets)-1 {
+		// A 5xx is retried only when a fallback is left that will be tried
+		// (those marked down since the pick are skipped); otherwise it is
+		// the answer.
+		if resp.StatusCode >= 500 && slices.ContainsFunc(targets[i+1:], (*signals.Endpoint).Healthy) {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			_ = resp.Body.Close()
 			c.cancel(nil)

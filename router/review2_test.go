@@ -155,3 +155,33 @@ func TestProxyTransportBodyNotReusedBeforeClose(t *testing.T) {
 	lr.wg.Wait()
 	assert.ElementsMatch(t, sent, lr.got, "each request's body as it was sent")
 }
+
+// TestProxy5xxRelayedWhenNoFallbackLeft: a 5xx is retried only when a
+// fallback is left to try. When the only fallback was marked down since the
+// pick (and is skipped), the client gets the endpoint's own answer, as it
+// does when the pick has no fallback, not a 502 saying that no model server
+// could be reached.
+func TestProxy5xxRelayedWhenNoFallbackLeft(t *testing.T) {
+	overloaded := `{"error":{"message":"engine overloaded","type":"server_error","param":null,"code":"overloaded"}}`
+	var e *env
+	bad, gotBad := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		e.eps[1].MarkDown() // another request's connect error, while ep0 answers
+		w.Header().Set("Retry-After", "3")
+		jsonHandler(503, []byte(overloaded), nil)(w, r)
+	})
+	skipped, gotSkipped := backend(t, jsonHandler(200, []byte(`{}`), nil))
+	e = newEnv(t, Config{}, bad, skipped)
+	r := e.post(t, "/v1/chat/completions", `{"model":"llama"}`, nil)
+	b, err := io.ReadAll(r.Body)
+	require.NoError(t, err)
+	assert.Equal(t, 503, r.StatusCode)
+	assert.Equal(t, "3", r.Header.Get("Retry-After"))
+	assert.Equal(t, overloaded, string(b))
+	<-gotBad
+	assert.Empty(t, gotSkipped, "no traffic to an endpoint marked down")
+	o := e.rec.next(t)
+	assert.Equal(t, "ep0", o.ep)
+	assert.ErrorIs(t, o.out.Err, ErrUpstreamStatus)
+	assert.Equal(t, 1, e.rec.count(), "one Done per pick")
+	e.requireIdle(t)
+}
