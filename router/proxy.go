@@ -531,12 +531,18 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 	ready := slices.ContainsFunc(targets, (*signals.Endpoint).Healthy)
 	c.pick = res
 	for i := 0; ; i++ {
+		if i > 0 && ctx.Err() != nil {
+			// The client went away during the last attempt (a 5xx drained):
+			// no fallback is sent a request nobody waits for. The built-in
+			// client would write it on an idle connection before noticing.
+			return 499, 0
+		}
 		if i == len(targets) {
 			// Every ranked target failed to connect or was marked down since
 			// the pick: ask the picker once more, now that health reflects
 			// the failures (a pod that died after the pick, and its
 			// fallbacks dying with it, must not lose the request).
-			if repicked >= 0 || p.retries == 0 || !lastConnect || ctx.Err() != nil || c.route.Pool == nil || c.route.Pool.Picker == nil {
+			if repicked >= 0 || p.retries == 0 || !lastConnect || c.route.Pool == nil || c.route.Pool.Picker == nil {
 				break
 			}
 			res2, err := c.route.Pool.Picker.Pick(ctx, &c.req)

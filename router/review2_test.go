@@ -185,3 +185,39 @@ func TestProxy5xxRelayedWhenNoFallbackLeft(t *testing.T) {
 	assert.Equal(t, 1, e.rec.count(), "one Done per pick")
 	e.requireIdle(t)
 }
+
+// TestProxyNoRetryForAClientGone: a client that went away while the pick
+// answered 5xx is not served by a fallback: no request is sent there, even
+// on an idle keep-alive connection, which the built-in client would
+// otherwise write to without waiting for its context check.
+func TestProxyNoRetryForAClientGone(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	bad, gotBad := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		cancel() // the client leaves while the pick answers 503
+		jsonHandler(503, []byte(`{}`), nil)(w, r)
+	})
+	fallback, gotFallback := backend(t, jsonHandler(200, []byte(`{}`), nil))
+	e := newEnv(t, Config{}, bad, fallback)
+	body := `{"model":"llama"}`
+
+	// Warm a keep-alive connection to the fallback: one request while the
+	// pick is down.
+	e.eps[0].MarkDown()
+	w := httptest.NewRecorder()
+	e.proxy.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body)))
+	require.Equal(t, 200, w.Code)
+	<-gotFallback
+	e.rec.next(t)
+	e.eps[0].ReportSuccess(e.eps[0].HealthMark())
+	require.True(t, e.eps[0].Healthy())
+
+	w = httptest.NewRecorder()
+	e.proxy.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body)).WithContext(ctx))
+	<-gotBad
+	o := e.rec.next(t)
+	assert.Equal(t, "ep0", o.ep)
+	assert.Empty(t, gotFallback, "no request to a fallback for a client that is gone")
+	assert.Equal(t, 2, e.rec.count(), "no Done for an attempt not made")
+	e.requireIdle(t)
+}
