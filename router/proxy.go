@@ -308,8 +308,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			slog.String("error", err.Error()))
 		return
 	}
-	status, ttft := p.forward(w, r, c, res)
+	status, ttft, aborted := p.forward(w, r, c, res)
 	p.inst.request(r.Context(), c, status, p.clock.Now().Sub(c.start), ttft)
+	if aborted {
+		// The body broke off after bytes were sent and the format has no
+		// in-band error: abort the connection so the client sees a failed
+		// response rather than a silently truncated one.
+		panic(http.ErrAbortHandler)
+	}
 }
 
 func (p *Proxy) serveModels(w http.ResponseWriter) {
@@ -512,8 +518,9 @@ var identityEncoding = []string{"identity"}
 
 // forward sends the request to the picked endpoint, retrying on its
 // fallbacks, and relays the response. It calls res.Done exactly once and
-// returns the status sent (499 for a client that went away) and the TTFT.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res picker.Result) (int, time.Duration) {
+// returns the status sent (499 for a client that went away), the TTFT, and
+// whether the response must be aborted (see respond).
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res picker.Result) (int, time.Duration, bool) {
 	ctx := r.Context()
 	targets := append(c.targets[:0], res.Endpoint)
 	fb := res.Fallbacks
@@ -535,7 +542,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 			// The client went away during the last attempt (a 5xx drained):
 			// no fallback is sent a request nobody waits for. The built-in
 			// client would write it on an idle connection before noticing.
-			return 499, 0
+			return 499, 0, false
 		}
 		if i == len(targets) {
 			// Every ranked target failed to connect or was marked down since
@@ -593,11 +600,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 			case ctx.Err() != nil:
 				o.Err = ctx.Err()
 				done(o)
-				return 499, 0
+				return 499, 0, false
 			case errors.Is(err, ErrUpstreamTimeout):
 				done(o)
 				WriteError(w, errorFor(err, 0))
-				return http.StatusGatewayTimeout, 0
+				return http.StatusGatewayTimeout, 0, false
 			}
 			o.ConnectError = true
 			done(o)
@@ -628,7 +635,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 	}
 	ae := errorFor(lastErr, 0)
 	WriteError(w, ae)
-	return ae.Status, 0
+	return ae.Status, 0, false
 }
 
 // errNotSent is the outcome reported for a pick that a retry did not use.
@@ -798,8 +805,10 @@ func (f *firstByte) Read(b []byte) (int, error) {
 
 // respond relays resp to the client, reports its first body byte to pick
 // (nil for a fallback the picker did not choose) and calls done once with
-// the outcome.
-func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, c *call, resp *http.Response, t0 time.Time, done func(signals.Outcome), pick *picker.Result) (int, time.Duration) {
+// the outcome. It returns the status sent, the TTFT, and aborted when the
+// body broke off after bytes were sent in a format with no in-band error:
+// the handler must then abort the response.
+func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, c *call, resp *http.Response, t0 time.Time, done func(signals.Outcome), pick *picker.Result) (int, time.Duration, bool) {
 	defer c.cancel(nil)
 	defer resp.Body.Close()
 	c.fb = firstByte{r: resp.Body, clock: p.clock, t0: t0, pick: pick}
@@ -838,13 +847,7 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, c *call, resp *h
 	o.Buffered = ct != eventStream
 	c.buffered = o.Buffered
 	done(o)
-	if aborted {
-		// The body broke off after bytes were sent and the format has no
-		// in-band error: abort the connection so the client sees a failed
-		// response rather than a silently truncated one.
-		panic(http.ErrAbortHandler)
-	}
-	return status, o.TTFT
+	return status, o.TTFT, aborted
 }
 
 func copyHeader(dst, src http.Header) {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // TestMiddlewareReportsAbortedHandlers: a next handler that panics (as
@@ -220,4 +222,43 @@ func TestProxyNoRetryForAClientGone(t *testing.T) {
 	assert.Empty(t, gotFallback, "no request to a fallback for a client that is gone")
 	assert.Equal(t, 2, e.rec.count(), "no Done for an attempt not made")
 	e.requireIdle(t)
+}
+
+// TestProxyMetricsCountAbortedResponses: a response aborted because its
+// body broke off after bytes were sent is counted in the request metrics,
+// as every other request is.
+func TestProxyMetricsCountAbortedResponses(t *testing.T) {
+	s := newRawServer(t, func(int, *http.Request) (string, bool) {
+		return "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\n\r\n0123456789", true
+	})
+	reader := sdkmetric.NewManualReader()
+	e := newEnv(t, Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}, s.addr())
+	req, err := http.NewRequest(http.MethodPost, e.front.URL+"/v1/chat/completions", strings.NewReader(`{"model":"llama"}`))
+	require.NoError(t, err)
+	if resp, err := e.front.Client().Do(req); err == nil {
+		_, _ = io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+	}
+	e.rec.next(t) // Done comes before the abort, and the metrics before the handler returns
+	e.front.Close()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	var requests int64
+	var durations uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch m.Name {
+			case "inferroute.router.requests":
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					requests += dp.Value
+				}
+			case "inferroute.router.request.duration":
+				for _, dp := range m.Data.(metricdata.Histogram[float64]).DataPoints {
+					durations += dp.Count
+				}
+			}
+		}
+	}
+	assert.Equal(t, int64(1), requests, "the aborted request is counted")
+	assert.Equal(t, uint64(1), durations, "and its duration recorded")
 }
