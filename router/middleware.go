@@ -145,13 +145,17 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		if r2.Header.Get("Content-Length") != "" {
 			r2.Header.Set("Content-Length", strconv.Itoa(len(c.send)))
 		}
-		rw := &watchWriter{ResponseWriter: w, clock: p.clock, start: c.start, status: http.StatusOK, d: d}
+		rw := &watchWriter{ResponseWriter: w, clock: p.clock, status: http.StatusOK, d: d}
 		returned := false // next returned rather than panicked or exited
+		// The outcome's times run from dispatch, as the Proxy's do; the
+		// request's duration in the metrics runs from its arrival.
+		dispatched := p.clock.Now()
 		defer func() {
-			o := signals.Outcome{Latency: p.clock.Now().Sub(c.start)}
+			end := p.clock.Now()
+			o := signals.Outcome{Latency: end.Sub(dispatched)}
 			status := rw.status
 			if rw.wrote {
-				o.TTFT = rw.first.Sub(c.start)
+				o.TTFT = rw.first.Sub(dispatched)
 				o.Buffered = mediaType(rw.Header().Get("Content-Type")) != eventStream
 				c.buffered = o.Buffered
 			}
@@ -167,7 +171,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 				o.Err = fmt.Errorf("%w: %d", ErrUpstreamStatus, rw.status)
 			}
 			d.Done(o)
-			p.inst.request(r.Context(), c, status, o.Latency, o.TTFT)
+			p.inst.request(r.Context(), c, status, end.Sub(c.start), o.TTFT)
 		}()
 		next.ServeHTTP(rw, r2)
 		returned = true
@@ -179,7 +183,6 @@ type watchWriter struct {
 	http.ResponseWriter
 	d      *Decision
 	clock  signals.Clock
-	start  time.Time
 	first  time.Time
 	status int
 	header bool

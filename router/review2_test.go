@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -261,4 +262,40 @@ func TestProxyMetricsCountAbortedResponses(t *testing.T) {
 	}
 	assert.Equal(t, int64(1), requests, "the aborted request is counted")
 	assert.Equal(t, uint64(1), durations, "and its duration recorded")
+}
+
+// slowBody is a request body whose upload takes d on the injected clock.
+type slowBody struct {
+	r     io.Reader
+	clock interface{ Advance(time.Duration) }
+	d     time.Duration
+}
+
+func (b *slowBody) Read(p []byte) (int, error) {
+	if b.d > 0 {
+		b.clock.Advance(b.d)
+		b.d = 0
+	}
+	return b.r.Read(p)
+}
+
+// TestMiddlewareTimesFromDispatch: the Middleware's outcome measures TTFT
+// and latency from dispatch (signals.Outcome), as the Proxy does, not from
+// the request's arrival: a client that takes a second to upload its prompt
+// does not make the endpoint look a second slower.
+func TestMiddlewareTimesFromDispatch(t *testing.T) {
+	e := newEnv(t, Config{}, "10.0.0.1:8000")
+	mw, err := NewMiddleware(e.proxy.Table(), Config{Clock: e.clock})
+	require.NoError(t, err)
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.clock.Advance(30 * time.Millisecond) // prefill
+		_, _ = io.WriteString(w, "{}")
+		e.clock.Advance(20 * time.Millisecond) // the rest of the body
+	}))
+	body := &slowBody{r: strings.NewReader(`{"model":"llama"}`), clock: e.clock, d: time.Second}
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v1/chat/completions", body))
+	o := e.rec.next(t)
+	require.NoError(t, o.out.Err)
+	assert.Equal(t, 30*time.Millisecond, o.out.TTFT)
+	assert.Equal(t, 50*time.Millisecond, o.out.Latency)
 }
