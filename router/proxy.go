@@ -267,7 +267,8 @@ func noCancel(error) {}
 func (p *Proxy) getCall() *call { return p.calls.Get().(*call) }
 
 func (p *Proxy) putCall(c *call) {
-	if cap(c.body) > 4*DefaultMaxBodyBytes || cap(c.rbuf) > 4*DefaultMaxBodyBytes {
+	const outsized = 4 * DefaultMaxBodyBytes
+	if cap(c.body) > outsized || cap(c.rbuf) > outsized || cap(c.line) > outsized || cap(c.out) > outsized {
 		return // do not keep outsized buffers
 	}
 	if c.open.Load() != 0 {

@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -298,4 +300,29 @@ func TestMiddlewareTimesFromDispatch(t *testing.T) {
 	require.NoError(t, o.out.Err)
 	assert.Equal(t, 30*time.Millisecond, o.out.TTFT)
 	assert.Equal(t, 50*time.Millisecond, o.out.Latency)
+}
+
+// TestProxyDoesNotPoolOutsizedStreamBuffers: the line and rewrite buffers
+// an SSE stream with a huge event (a streamed image's base64, say) grew
+// are not kept in the call pool, as outsized body buffers are not.
+func TestProxyDoesNotPoolOutsizedStreamBuffers(t *testing.T) {
+	// The call released is the one taken next: one P (sync.Pool keeps a
+	// call per P), and no collection to empty the pool in between.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	big := strings.Repeat("A", 4*DefaultMaxBodyBytes+1)
+	addr, _ := backend(t, sseHandler([]string{
+		`data: {"model":"` + baseModel + `","choices":[{"delta":{"content":"` + big + `"}}]}` + "\n\n",
+		"data: [DONE]\n\n",
+	}, nil, nil))
+	e := newEnv(t, Config{}, addr)
+	w := httptest.NewRecorder()
+	e.proxy.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
+		strings.NewReader(`{"model":"llama","stream":true}`))) // an alias: the chunk is rewritten
+	require.Equal(t, 200, w.Code)
+	require.Contains(t, w.Body.String(), big)
+	e.rec.next(t)
+	c := e.proxy.getCall() // the call just released, when the pool kept it
+	assert.LessOrEqual(t, cap(c.line), 4*DefaultMaxBodyBytes)
+	assert.LessOrEqual(t, cap(c.out), 4*DefaultMaxBodyBytes)
 }
