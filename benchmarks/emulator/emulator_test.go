@@ -77,6 +77,17 @@ func post(t *testing.T, url, body string) *http.Response {
 	return resp
 }
 
+// errorBody is the error shape of vLLM's OpenAI server, as the recordings
+// in ../shared/fixtures/openai show it.
+type errorBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    int     `json:"code"`
+	} `json:"error"`
+}
+
 func decode[T any](t *testing.T, resp *http.Response) T {
 	t.Helper()
 	defer resp.Body.Close()
@@ -269,14 +280,7 @@ func TestErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			resp := post(t, p.URL()+"/v1/completions", tt.body)
 			require.Equal(t, tt.status, resp.StatusCode)
-			e := decode[struct {
-				Error struct {
-					Message string  `json:"message"`
-					Type    string  `json:"type"`
-					Param   *string `json:"param"`
-					Code    int     `json:"code"`
-				} `json:"error"`
-			}](t, resp)
+			e := decode[errorBody](t, resp)
 			assert.Equal(t, tt.typ, e.Error.Type)
 			assert.Equal(t, tt.status, e.Error.Code)
 			assert.Nil(t, e.Error.Param)
