@@ -140,11 +140,16 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 //     with the searched weights; without it 5.3% better in two seeds and
 //     5.7% worse in the third), and the prefill queue now carries the
 //     speed differences it was there for. The predictor still learns each
-//     pod's prefill rate for the prefill scorer and serves the slo filter.
+//     pod's prefill rate for the prefill scorer and serves the slo filter;
+//   - the saturation filter's queue threshold went from 64 to 10 waiting
+//     requests (scorer.DefaultSaturationFilter): on the mixed fleet at 90%
+//     load the L4 pods were sent about twice their share of the capacity
+//     and their queues made the p99 (146 s, against llm-d's 73 s; 62 s at
+//     10, below llm-d's in five seeds of five).
 //
 // On the default suite this configuration's p99 TTFT is at or below
-// round-robin's on a homogeneous fleet (−0.3%, −1.9% and −81% at 50%, 70%
-// and 90% load) and 93.5–100% lower on mixed GPUs and bursty multi-tenant
+// round-robin's on a homogeneous fleet (−0.3%, −1.9% and −80% at 50%, 70%
+// and 90% load) and 97.2–100% lower on mixed GPUs and bursty multi-tenant
 // LoRA traffic; README.md has the table and the command.
 func DefaultConfig() Config {
 	return Config{

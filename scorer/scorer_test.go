@@ -255,7 +255,7 @@ func TestParams(t *testing.T) {
 	sat := scorer.DefaultSaturationFilter()
 	require.NoError(t, p.Decode(&sat))
 	assert.Equal(t, 0.5, sat.KVThreshold)
-	assert.Equal(t, 64.0, sat.QueueThreshold, "unmentioned fields keep their defaults")
+	assert.Equal(t, scorer.DefaultSaturationFilter().QueueThreshold, sat.QueueThreshold, "unmentioned fields keep their defaults")
 
 	p, err = scorer.ParseParams("kvThreshold: lots\n")
 	require.NoError(t, err)
