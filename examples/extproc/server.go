@@ -95,7 +95,9 @@ type Options struct {
 	// as the inference extension deploys the filter.
 	RequestBodyMode, ResponseBodyMode filterv3.ProcessingMode_BodySendMode
 	// MaxBodyBytes caps the request body buffered for routing; a larger
-	// one is answered 413. Default DefaultMaxBodyBytes.
+	// one is answered 413. Default DefaultMaxBodyBytes. In BUFFERED mode
+	// the gRPC server must accept messages this large: see
+	// GRPCServerOptions.
 	MaxBodyBytes int
 	// ChunkBytes is the size of body chunks sent back in
 	// FULL_DUPLEX_STREAMED mode. Default DefaultChunkBytes.
@@ -183,6 +185,23 @@ func checkRequestMode(m filterv3.ProcessingMode_BodySendMode) error {
 		return nil
 	}
 	return fmt.Errorf("extproc: request body mode %v cannot route on the body; use BUFFERED or FULL_DUPLEX_STREAMED", m)
+}
+
+// messageOverhead is what a ProcessingRequest may carry besides its body
+// (framing, metadata context, attributes), allowed on top of MaxBodyBytes
+// by GRPCServerOptions.
+const messageOverhead = 1 << 20
+
+// GRPCServerOptions returns the options the grpc.Server that serves s
+// needs. Its receive limit is MaxBodyBytes plus 1 MiB for the rest of the
+// message, instead of gRPC's default 4 MiB: in BUFFERED mode Envoy sends
+// the whole body in one message, so with the default a body of
+// MaxBodyBytes (4 MiB by default) or more would fail the stream before
+// the Server sees it, instead of being routed or answered 413. Envoy's
+// buffer limit (per_connection_buffer_limit_bytes) bounds what it sends;
+// a message over the receive limit still fails the stream.
+func (s *Server) GRPCServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(s.opts.MaxBodyBytes + messageOverhead)}
 }
 
 // Register registers the ext_proc service and the gRPC health service

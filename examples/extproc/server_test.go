@@ -128,7 +128,7 @@ func newHarness(t testing.TB, s setup) *harness {
 	require.NoError(t, err)
 
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(srv.GRPCServerOptions()...)
 	srv.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	h.conn, err = grpc.NewClient("passthrough:///bufnet",

@@ -123,7 +123,7 @@ func run(listen, model, adapters, list, engine, configPath string, scrapeOn bool
 	if err != nil {
 		return err
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(srv.GRPCServerOptions()...)
 	srv.Register(gs)
 	go func() {
 		<-ctx.Done()
