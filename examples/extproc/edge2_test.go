@@ -5,8 +5,11 @@ import (
 	"testing"
 
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/inferroute/inferroute/examples/extproc"
 )
@@ -46,4 +49,24 @@ func TestBufferedBodyAtTheSizeLimit(t *testing.T) {
 			assert.Equal(t, tc.status, int(r.GetImmediateResponse().GetStatus().GetCode()))
 		})
 	}
+}
+
+// TestFullDuplexTrailersWithoutRequestHeadersAreRefused: a request whose
+// headers Envoy skipped (request_header_mode SKIP) and that has no body
+// chunk, only trailers, is refused in FULL_DUPLEX_STREAMED mode like a
+// body without headers: the destination could only go in a headers
+// response, which Envoy did not ask for (it waits for a trailers response),
+// so nothing is picked and nothing but the refusal is sent.
+func TestFullDuplexTrailersWithoutRequestHeadersAreRefused(t *testing.T) {
+	srv, eps, _ := directServer(t, extproc.Options{}, "10.0.0.1:8000")
+	trailers := &extprocv3.ProcessingRequest{
+		ProtocolConfig: protocol(filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED),
+		Request:        &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}},
+	}
+	out, panicked, err := runProcess(t, srv, trailers)
+	require.Nil(t, panicked)
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err))
+	assert.Empty(t, out, "no unsolicited headers response")
+	_, dispatched, _ := sumInFlight(eps)
+	assert.Zero(t, dispatched, "nothing picked")
 }

@@ -368,11 +368,8 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 	if st.decided {
 		return status.Error(codes.FailedPrecondition, "extproc: request body after the request was answered")
 	}
-	if !st.gotHeaders && st.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
-		// The destination goes in the headers response in this mode (body
-		// responses' header mutations apply in BUFFERED mode only).
-		return status.Error(codes.FailedPrecondition,
-			"extproc: request body without request headers in FULL_DUPLEX_STREAMED mode; set request_header_mode SEND")
+	if err := st.checkHeadersCame("body"); err != nil {
+		return err
 	}
 	if len(st.body)+len(b.GetBody()) > st.s.opts.MaxBodyBytes {
 		st.tooLarge = true
@@ -386,8 +383,24 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) error {
 	return st.decide(true, b.GetEndOfStream())
 }
 
+// checkHeadersCame refuses a request body or trailers that came without
+// request headers (request_header_mode SKIP) in FULL_DUPLEX_STREAMED
+// mode: the destination goes in the headers response in this mode (body
+// responses' header mutations apply in BUFFERED mode only), and Envoy
+// would take a headers response it did not ask for as a protocol error.
+func (st *stream) checkHeadersCame(what string) error {
+	if !st.gotHeaders && st.reqMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		return status.Errorf(codes.FailedPrecondition,
+			"extproc: request %s without request headers in FULL_DUPLEX_STREAMED mode; set request_header_mode SEND", what)
+	}
+	return nil
+}
+
 func (st *stream) requestTrailers() error {
 	if !st.decided {
+		if err := st.checkHeadersCame("trailers"); err != nil {
+			return err
+		}
 		// In FULL_DUPLEX_STREAMED mode trailers mark the end of the body;
 		// the body stream itself was not ended by Envoy.
 		if err := st.decide(true, false); err != nil {
