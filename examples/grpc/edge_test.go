@@ -150,3 +150,20 @@ func TestMalformedDurations(t *testing.T) {
 	assert.Zero(t, h.server.Outstanding())
 	assert.Zero(t, eps[0].Counters().Dispatched)
 }
+
+// TestRunWithoutInterval: Run given no interval sweeps at
+// DefaultSweepInterval instead of panicking in time.NewTicker, and
+// returns when its context ends.
+func TestRunWithoutInterval(t *testing.T) {
+	h := newHarness(t, setup{eps: endpoints("a")})
+	for _, interval := range []time.Duration{0, -time.Second} {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			h.server.Run(ctx, interval)
+		}()
+		cancel()
+		<-done
+	}
+}

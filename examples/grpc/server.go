@@ -285,9 +285,16 @@ func (s *Server) sweep(now time.Time) int {
 	return len(expired)
 }
 
-// Run sweeps expired reservations every interval until ctx is done. It
-// blocks: run it in its own goroutine.
+// DefaultSweepInterval is Run's interval when it is given none.
+const DefaultSweepInterval = time.Second
+
+// Run sweeps expired reservations every interval (DefaultSweepInterval
+// when interval ≤ 0) until ctx is done. It blocks: run it in its own
+// goroutine.
 func (s *Server) Run(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		interval = DefaultSweepInterval
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
