@@ -175,7 +175,12 @@ type Predictor struct {
 	poolMu   sync.Mutex
 	poolTTFT [maxDim]float64 // speed-normalised TTFT coefficients of the pool
 	poolTPOT [maxDim]float64
-	poolN    float64
+	// The contributions averaged into poolTTFT, poolTPOT and poolPrompt
+	// (capped at 50): each mean counts its own, because an endpoint
+	// contributes TTFT coefficients long before TPOT ones when some of its
+	// responses are buffered, and a prompt size only once it has one.
+	poolNT, poolNG, poolNP float64
+
 	poolPubT seqVec
 	poolPubG seqVec
 	// poolPrompt is the pool's mean uncached prompt size, for endpoints
@@ -632,22 +637,24 @@ func (p *Predictor) Completed(req *signals.Request, ep *signals.Endpoint, out si
 }
 
 // updatePool moves the pool's speed-normalised prior toward an endpoint's
-// learned coefficients: a running mean over the first 50 contributions,
-// then an exponential mean with weight 1/50, so the prior of a new endpoint
-// is what the pool has recently been.
+// learned coefficients: each of the TTFT coefficients, the TPOT
+// coefficients and the mean prompt size is a running mean over its first
+// 50 contributions, then an exponential mean with weight 1/50, so the
+// prior of a new endpoint is what the pool has recently been.
 func (p *Predictor) updatePool(speed, prompt float64, useT bool, theta *[maxDim]float64, useG bool, thetaG *[maxDim]float64) {
 	if !useT && !useG {
 		return
 	}
 	p.poolMu.Lock()
 	defer p.poolMu.Unlock()
-	p.poolN = min(p.poolN+1, 50)
-	w := 1 / p.poolN
 	if prompt > 0 {
+		p.poolNP = min(p.poolNP+1, 50)
 		pp := p.poolPrompt.Load()
-		p.poolPrompt.Store(flush(pp + w*(prompt-pp)))
+		p.poolPrompt.Store(flush(pp + (prompt-pp)/p.poolNP))
 	}
 	if useT {
+		p.poolNT = min(p.poolNT+1, 50)
+		w := 1 / p.poolNT
 		norm := normTTFT(theta, speed)
 		for i := 0; i < ttftDim; i++ {
 			p.poolTTFT[i] = flush(p.poolTTFT[i] + w*(norm[i]-p.poolTTFT[i]))
@@ -655,6 +662,8 @@ func (p *Predictor) updatePool(speed, prompt float64, useT bool, theta *[maxDim]
 		p.poolPubT.store(&p.poolTTFT)
 	}
 	if useG {
+		p.poolNG = min(p.poolNG+1, 50)
+		w := 1 / p.poolNG
 		for i := 0; i < tpotDim; i++ {
 			p.poolTPOT[i] = flush(p.poolTPOT[i] + w*(thetaG[i]*speed-p.poolTPOT[i]))
 		}
