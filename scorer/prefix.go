@@ -153,7 +153,11 @@ func (s *PrefixScorer) Score(_ context.Context, in *Input, out []float64) {
 			}
 		}
 	}
-	if best > 0 && best >= s.p.MinMatch {
+	// A best match below the smallest normal float64 is a miss whatever
+	// MinMatch says: it is less than one token of any prompt, and
+	// PartialCredit / best would overflow (Inf × 0 = NaN for a candidate
+	// holding nothing).
+	if best >= max(s.p.MinMatch, 0x1p-1022) {
 		near := best - s.p.Tolerance
 		credit := s.p.PartialCredit / best
 		for i, l := range out {
