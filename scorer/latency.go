@@ -71,7 +71,7 @@ type LatencyParams struct {
 	// 1 ms difference between two candidates up to the whole [0, 1] range.
 	Normalize string `json:"normalize" yaml:"normalize"`
 	// IgnoreConfidence uses predictions as they are, without blending those
-	// of low confidence toward the candidates' average.
+	// of low confidence toward the best candidate's (see LatencyScorer).
 	IgnoreConfidence bool `json:"ignoreConfidence" yaml:"ignoreConfidence"`
 }
 
