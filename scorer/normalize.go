@@ -107,8 +107,10 @@ func Invert(vals []float64) {
 // RelativeToBest scores lower-is-better values by their ratio to the best
 // (smallest) known value: best/v, so a candidate twice as slow scores 0.5
 // whatever the spread of the others. Unlike InverseMinMax it does not blow a
-// tiny difference up to the whole [0, 1] range. Values at or below zero are
-// treated as floor, which must be positive.
+// tiny difference up to the whole [0, 1] range. Values below floor, which
+// must be positive, count as floor: differences under it do not matter.
+// Unknown values (NaN, ±Inf) score Neutral, and so does every value when
+// none is known.
 func RelativeToBest(vals []float64, floor float64) {
 	lo, _, ok := bounds(vals)
 	lo = max(lo, floor)
