@@ -329,3 +329,34 @@ func TestGPUProfiles(t *testing.T) {
 	a := signals.NewEndpoint(signals.EndpointSpec{Name: "a", Labels: map[string]string{LabelGPU: "A100"}})
 	assert.InDelta(t, 2.2, p.Explain(a).PerKiloToken/p.Explain(h).PerKiloToken, 1e-9)
 }
+
+// TestCompletionAfterForgetTeachesNothing: Forget and Retain drop what
+// the predictor knows about an endpoint at once; the late completion of a
+// request dispatched before does not bring its state back (to linger, and
+// train, until the idle sweep), while a completion after the endpoint is
+// dispatched to again trains its new state.
+func TestCompletionAfterForgetTeachesNothing(t *testing.T) {
+	for _, drop := range []string{"Forget", "Retain"} {
+		t.Run(drop, func(t *testing.T) {
+			clk := newFakeClock()
+			p := New(Config{Clock: clk})
+			ep := signals.NewEndpoint(signals.EndpointSpec{Name: "a"})
+			other := signals.NewEndpoint(signals.EndpointSpec{Name: "b"})
+			req := &signals.Request{PromptTokens: 1000}
+			p.Dispatched(req, ep)
+			if drop == "Forget" {
+				p.Forget(ep)
+			} else {
+				p.Retain([]*signals.Endpoint{other})
+			}
+			p.Completed(req, ep, signals.Outcome{TTFT: time.Second})
+			_, ok := p.lookup(ep)
+			assert.False(t, ok, "a completion after %s recreated the endpoint's state", drop)
+
+			serveOnce(p, ep, clk, 1000, signals.Outcome{TTFT: time.Second})
+			_, ok = p.lookup(ep)
+			require.True(t, ok)
+			assert.Equal(t, 1.0, p.Explain(ep).Samples, "the endpoint back in use learns again, from its new samples only")
+		})
+	}
+}

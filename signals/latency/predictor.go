@@ -568,8 +568,9 @@ func (p *Predictor) Dispatched(req *signals.Request, ep *signals.Endpoint) {
 // out.TTFT, TPOT from (out.Latency − out.TTFT) / (out.CompletionTokens − 1)
 // unless out.Buffered (a body that came whole says nothing about the time
 // between tokens). Failed requests (out.Err != nil), unknown (zero or
-// negative) times and completions without a recorded dispatch teach
-// nothing. After a TTFT update it publishes the learned prefill throughput
+// negative) times, completions without a recorded dispatch and those of
+// an endpoint forgotten since its dispatch (Forget, Retain, the idle
+// sweep: its state is not brought back) teach nothing. After a TTFT update it publishes the learned prefill throughput
 // with ep.SetThroughput. Safe for concurrent use.
 func (p *Predictor) Completed(req *signals.Request, ep *signals.Endpoint, out signals.Outcome) {
 	if req == nil || ep == nil {
@@ -579,8 +580,11 @@ func (p *Predictor) Completed(req *signals.Request, ep *signals.Endpoint, out si
 	if !ok || out.Err != nil {
 		return
 	}
+	st, ok := p.lookup(ep)
+	if !ok {
+		return // forgotten since the dispatch: its state is not brought back
+	}
 	now := p.cfg.Clock.Now()
-	st := p.state(ep)
 	st.lastActive.Store(now.UnixNano())
 	if out.PromptTokens > 0 && out.CachedTokens > 0 {
 		// The server's usage says what it actually recomputed.
