@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -325,4 +326,53 @@ func TestProxyDoesNotPoolOutsizedStreamBuffers(t *testing.T) {
 	c := e.proxy.getCall() // the call just released, when the pool kept it
 	assert.LessOrEqual(t, cap(c.line), 4*DefaultMaxBodyBytes)
 	assert.LessOrEqual(t, cap(c.out), 4*DefaultMaxBodyBytes)
+}
+
+// TestUnusedHostsLeaveTheClient: the built-in client keeps a pool per
+// upstream address; an address whose idle connections have all expired,
+// with none in use, or that cannot be reached at all, leaves the client's
+// map, so that a gateway in front of a churning fleet does not keep every
+// address it ever had. A host with a connection in use stays.
+func TestUnusedHostsLeaveTheClient(t *testing.T) {
+	const raw = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	cl := newH1Client()
+	cl.idleTimeout = 20 * time.Millisecond
+	hosts := func() int {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return len(cl.hosts)
+	}
+	for range 3 {
+		s := newRawServer(t, func(int, *http.Request) (string, bool) { return raw, false })
+		resp, err := cl.do(context.Background(), postTo(s.addr(), "{}"))
+		require.NoError(t, err)
+		assert.Equal(t, "ok", readAll(t, resp))
+	}
+	require.Equal(t, 3, hosts())
+	require.Eventually(t, func() bool { return hosts() == 0 }, 5*time.Second, 5*time.Millisecond,
+		"hosts whose idle connections expired stay in the map")
+
+	// A connection in use keeps its host.
+	s := newRawServer(t, func(int, *http.Request) (string, bool) { return raw, false })
+	warm, err := cl.do(context.Background(), postTo(s.addr(), "{}"))
+	require.NoError(t, err)
+	assert.Equal(t, "ok", readAll(t, warm)) // back in the pool, timer armed
+	busy, err := cl.do(context.Background(), postTo(s.addr(), "{}"))
+	require.NoError(t, err) // the idle connection, now in use
+	second, err := cl.do(context.Background(), postTo(s.addr(), "{}"))
+	require.NoError(t, err) // a second connection
+	assert.Equal(t, "ok", readAll(t, second))
+	time.Sleep(5 * cl.idleTimeout) // the second's idle connection expires
+	assert.Equal(t, 1, hosts(), "a host with a connection in use left the map")
+	assert.Equal(t, "ok", readAll(t, busy))
+	require.Eventually(t, func() bool { return hosts() == 0 }, 5*time.Second, 5*time.Millisecond)
+
+	// An address nobody listens on.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	_, err = cl.do(context.Background(), postTo(dead, "{}"))
+	require.Error(t, err)
+	assert.Zero(t, hosts(), "an unreachable address kept its host")
 }

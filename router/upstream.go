@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -71,8 +72,13 @@ func newH1Client() *h1Client {
 }
 
 // h1Host is the idle pool of one address: a stack, so that the connections
-// in use stay warm and the ones left at the bottom expire.
+// in use stay warm and the ones left at the bottom expire. A host whose
+// idle connections have all expired with none in use is removed from the
+// client's map (see expire), so that the map does not keep every address a
+// churning fleet ever had.
 type h1Host struct {
+	addr  string
+	out   atomic.Int32 // connections handed out by get and not yet back
 	mu    sync.Mutex
 	idle  []*h1Conn
 	timer *time.Timer
@@ -103,7 +109,7 @@ func (t *h1Client) host(addr string) *h1Host {
 	t.mu.Lock()
 	h := t.hosts[addr]
 	if h == nil {
-		h = &h1Host{}
+		h = &h1Host{addr: addr}
 		t.hosts[addr] = h
 	}
 	t.mu.Unlock()
@@ -122,6 +128,7 @@ func (t *h1Client) get(ctx context.Context, h *h1Host, addr string, fresh bool) 
 			if now.Sub(pc.idleSince) < t.idleTimeout {
 				h.mu.Unlock()
 				pc.reused = true
+				h.out.Add(1)
 				return pc, nil
 			}
 			_ = pc.nc.Close()
@@ -135,6 +142,7 @@ func (t *h1Client) get(ctx context.Context, h *h1Host, addr string, fresh bool) 
 	pc := &h1Conn{host: h, nc: nc}
 	pc.br = bufio.NewReaderSize(pc, 32<<10) // through pc.Read, which watches the context
 	pc.abort = pc.interrupt                 // bound once, not per exchange
+	h.out.Add(1)
 	return pc, nil
 }
 
@@ -225,6 +233,7 @@ func (t *h1Client) put(pc *h1Conn) {
 	pc.idleSince = time.Now()
 	pc.reused = false
 	h.mu.Lock()
+	h.out.Add(-1)
 	if len(h.idle) >= t.maxIdle {
 		h.mu.Unlock()
 		_ = pc.nc.Close()
@@ -238,7 +247,10 @@ func (t *h1Client) put(pc *h1Conn) {
 }
 
 // expire closes the idle connections of h that timed out (they are at the
-// bottom of the stack) and re-arms the timer while any remain.
+// bottom of the stack) and re-arms the timer while any remain. When none
+// remains and none is in use, h leaves the client's map; a request that
+// took h from the map just before goes on with it, and its connection,
+// put back in h, is closed by h's timer in turn.
 func (t *h1Client) expire(h *h1Host) {
 	now := time.Now()
 	h.mu.Lock()
@@ -253,8 +265,23 @@ func (t *h1Client) expire(h *h1Host) {
 		h.timer.Reset(t.idleTimeout - now.Sub(h.idle[0].idleSince))
 	} else {
 		h.timer = nil
+		t.removeIfUnusedLocked(h)
 	}
 	h.mu.Unlock()
+}
+
+// removeIfUnusedLocked removes h from the client's map when it has no
+// idle connection and none in use. h.mu must be held; t.mu is taken inside
+// it, which is safe because no path takes h.mu while holding t.mu.
+func (t *h1Client) removeIfUnusedLocked(h *h1Host) {
+	if len(h.idle) > 0 || h.out.Load() != 0 {
+		return
+	}
+	t.mu.Lock()
+	if t.hosts[h.addr] == h {
+		delete(t.hosts, h.addr)
+	}
+	t.mu.Unlock()
 }
 
 // drop closes every idle connection of h: a server that closed one idle
@@ -300,6 +327,11 @@ func (t *h1Client) do(ctx context.Context, req *h1Request) (*http.Response, erro
 	for {
 		pc, err := t.get(ctx, h, req.addr, fresh)
 		if err != nil {
+			// An address that cannot be reached (a pod gone for good)
+			// does not keep its host in the map.
+			h.mu.Lock()
+			t.removeIfUnusedLocked(h)
+			h.mu.Unlock()
 			return nil, err
 		}
 		resp, err := pc.exchange(t, ctx, req)
@@ -307,6 +339,7 @@ func (t *h1Client) do(ctx context.Context, req *h1Request) (*http.Response, erro
 			return resp, nil
 		}
 		_ = pc.nc.Close()
+		h.out.Add(-1)
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
@@ -982,6 +1015,7 @@ func (b *h1Body) finish(err error) {
 		b.t.put(b.pc)
 	} else {
 		_ = b.pc.nc.Close()
+		b.pc.host.out.Add(-1)
 	}
 	b.pc = nil
 }
