@@ -316,7 +316,7 @@ func TestProxyDoesNotPoolOutsizedStreamBuffers(t *testing.T) {
 		`data: {"model":"` + baseModel + `","choices":[{"delta":{"content":"` + big + `"}}]}` + "\n\n",
 		"data: [DONE]\n\n",
 	}, nil, nil))
-	e := newEnv(t, Config{}, addr)
+	e := newEnv(t, Config{MaxResponseBuffer: 8 * DefaultMaxBodyBytes}, addr) // the line is held whole
 	w := httptest.NewRecorder()
 	e.proxy.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
 		strings.NewReader(`{"model":"llama","stream":true}`))) // an alias: the chunk is rewritten
@@ -375,4 +375,35 @@ func TestUnusedHostsLeaveTheClient(t *testing.T) {
 	_, err = cl.do(context.Background(), postTo(dead, "{}"))
 	require.Error(t, err)
 	assert.Zero(t, hosts(), "an unreachable address kept its host")
+}
+
+// TestProxyRelaysAnSSELineOverTheBufferUnchanged: an SSE line longer than
+// MaxResponseBuffer is relayed as it comes, unchanged (not rewritten, its
+// usage not read), instead of being held whole however long the upstream
+// makes it; the lines after it are handled as usual.
+func TestProxyRelaysAnSSELineOverTheBufferUnchanged(t *testing.T) {
+	// As in TestProxyDoesNotPoolOutsizedStreamBuffers: the call released
+	// is the one taken next, to look at its line buffer.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	const limit = 64 << 10
+	big := strings.Repeat("A", 4*limit)
+	long := `data: {"model":"` + baseModel + `","choices":[{"delta":{"content":"` + big + `"}}]}` + "\n"
+	short := `data: {"model":"` + baseModel + `","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}` + "\n\n"
+	addr, _ := backend(t, sseHandler([]string{long + "\n", short, "data: [DONE]\n\n"}, nil, nil))
+	e := newEnv(t, Config{MaxResponseBuffer: limit}, addr)
+	w := httptest.NewRecorder()
+	e.proxy.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
+		strings.NewReader(`{"model":"llama","stream":true}`))) // an alias: short lines are rewritten
+	require.Equal(t, 200, w.Code)
+	body := w.Body.String()
+	assert.True(t, strings.HasPrefix(body, long), "the long line is relayed unchanged")
+	assert.Contains(t, body, `data: {"model":"llama","choices":[],"usage"`, "the next line is rewritten")
+	assert.True(t, strings.HasSuffix(body, "data: [DONE]\n\n"))
+	assert.NotContains(t, body, "upstream_stream_error")
+	o := e.rec.next(t)
+	require.NoError(t, o.out.Err)
+	assert.Equal(t, 3, o.out.CompletionTokens, "the usage after the long line is read")
+	c := e.proxy.getCall()
+	assert.Less(t, cap(c.line), 2*limit, "the long line was held whole")
 }

@@ -97,8 +97,9 @@ type Config struct {
 	// RetryAfter is the Retry-After sent with 429; 0 means DefaultRetryAfter.
 	RetryAfter time.Duration
 	// MaxResponseBuffer bounds the non-streaming JSON response held to
-	// read its usage and rewrite its model; a longer one is streamed
-	// through unchanged. 0 means DefaultMaxResponseBuffer.
+	// read its usage and rewrite its model, and each line of an SSE stream
+	// held to do the same; a longer one is streamed through unchanged. 0
+	// means DefaultMaxResponseBuffer.
 	MaxResponseBuffer int64
 	// Logger receives warnings about upstream failures and debug lines per
 	// request; nil means discard.
@@ -1040,11 +1041,14 @@ func (p *Proxy) streamSSE(w http.ResponseWriter, r *http.Request, c *call, fb *f
 	defer c.br.Reset(nil)
 	sawDone := false
 	rewrite := c.route.Rewrites()
+	cont := false // relaying the rest of a line longer than MaxResponseBuffer
 	for {
-		line, rerr := c.readLine()
+		line, ends, rerr := c.readLine(p.cfg.MaxResponseBuffer)
+		whole := ends && !cont // a line read whole, not a piece of a long one
+		cont = !ends
 		if len(line) > 0 {
 			out := line
-			if payload, ok := sseData(line); ok {
+			if payload, ok := sseData(line); ok && whole {
 				switch {
 				case len(payload) == 6 && string(payload) == "[DONE]":
 					sawDone = true
@@ -1063,7 +1067,7 @@ func (p *Proxy) streamSSE(w http.ResponseWriter, r *http.Request, c *call, fb *f
 			if _, err := w.Write(out); err != nil {
 				return err
 			}
-			if len(line) <= 2 && (line[0] == '\n' || line[0] == '\r') {
+			if whole && len(line) <= 2 && (line[0] == '\n' || line[0] == '\r') {
 				if err := rc.Flush(); err != nil {
 					return err
 				}
@@ -1095,22 +1099,27 @@ func (p *Proxy) streamError(w http.ResponseWriter, rc *http.ResponseController, 
 	return err
 }
 
-// readLine returns the next line including its newline; a line longer than
-// the reader's buffer is assembled in c.line. At the end of the stream it
-// returns the last partial line (if any) with io.EOF.
-func (c *call) readLine() ([]byte, error) {
-	line, err := c.br.ReadSlice('\n')
+// readLine returns the next line including its newline, and ends = true;
+// a line longer than the reader's buffer is assembled in c.line. A line
+// longer than limit is returned in pieces of at least limit bytes, each
+// but the last with ends = false, so that an upstream cannot make the
+// proxy hold an unbounded line; streamSSE relays such a line unchanged,
+// as it does a JSON body over MaxResponseBuffer. At the end of the stream
+// it returns the last partial line (if any) with io.EOF.
+func (c *call) readLine(limit int64) (line []byte, ends bool, err error) {
+	line, err = c.br.ReadSlice('\n')
 	if err != bufio.ErrBufferFull {
-		return line, err
+		return line, true, err
 	}
 	c.line = append(c.line[:0], line...)
-	for {
+	for int64(len(c.line)) < limit {
 		line, err = c.br.ReadSlice('\n')
 		c.line = append(c.line, line...)
 		if err != bufio.ErrBufferFull {
-			return c.line, err
+			return c.line, true, err
 		}
 	}
+	return c.line, false, nil
 }
 
 // sseData returns the payload of an SSE "data:" line without the optional
