@@ -19,6 +19,11 @@ var (
 	// ErrStreamBroken: the response broke off after its first byte, or an
 	// SSE stream ended without its terminating "data: [DONE]".
 	ErrStreamBroken = errors.New("upstream stream broken")
+	// ErrStreamIdle: an SSE stream sent nothing for Config.StreamIdleTimeout
+	// (a model server whose engine hung behind a live HTTP server); it is
+	// reported wrapped in ErrStreamBroken, and the client gets the stream's
+	// error event.
+	ErrStreamIdle = errors.New("upstream stream idle")
 	// ErrBodyTooLarge: the request body is over Config.MaxBodyBytes. The
 	// client gets 413.
 	ErrBodyTooLarge = errors.New("request body too large")

@@ -407,3 +407,60 @@ func TestProxyRelaysAnSSELineOverTheBufferUnchanged(t *testing.T) {
 	c := e.proxy.getCall()
 	assert.Less(t, cap(c.line), 2*limit, "the long line was held whole")
 }
+
+// TestProxyCutsAStreamIdleOverTheTimeout: with Config.StreamIdleTimeout an
+// SSE stream that sends nothing for that long (a server whose engine hung
+// behind a live HTTP server) is cut: the client gets what came and the
+// stream's error event, Done gets ErrStreamIdle wrapped in
+// ErrStreamBroken. A stream whose lines keep coming, each within the
+// timeout, runs to its end however long it lasts.
+func TestProxyCutsAStreamIdleOverTheTimeout(t *testing.T) {
+	const idle = 200 * time.Millisecond
+	chunk := `data: {"model":"` + baseModel + `","choices":[{"delta":{"content":"hi"}}]}` + "\n\n"
+	hang := make(chan struct{})
+	addr, _ := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, chunk)
+		w.(http.Flusher).Flush()
+		select { // the engine hangs; the HTTP server stays up
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	})
+	t.Cleanup(func() { close(hang) }) // before the backend's Close, which waits for the handler
+	e := newEnv(t, Config{StreamIdleTimeout: idle}, addr)
+	w := httptest.NewRecorder()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		e.proxy.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
+			strings.NewReader(`{"model":"`+baseModel+`","stream":true}`)))
+	}()
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a stream idle for 10 s was not cut")
+	}
+	body := w.Body.String()
+	assert.True(t, strings.HasPrefix(body, chunk), "what came before the stall reaches the client")
+	assert.Contains(t, body, "upstream_stream_error")
+	assert.Contains(t, body, "idle")
+	o := e.rec.next(t)
+	assert.ErrorIs(t, o.out.Err, ErrStreamIdle)
+	assert.ErrorIs(t, o.out.Err, ErrStreamBroken)
+
+	// Lines every 20 ms for 200 ms: never idle for anything near 200 ms.
+	events := make([]string, 10)
+	for i := range events {
+		events[i] = chunk
+	}
+	events = append(events, "data: [DONE]\n\n")
+	addr2, _ := backend(t, sseHandler(events, nil, func(int) { time.Sleep(idle / 10) }))
+	e2 := newEnv(t, Config{StreamIdleTimeout: idle}, addr2)
+	w2 := httptest.NewRecorder()
+	e2.proxy.ServeHTTP(w2, httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
+		strings.NewReader(`{"model":"`+baseModel+`","stream":true}`)))
+	assert.NotContains(t, w2.Body.String(), "upstream_stream_error")
+	assert.True(t, strings.HasSuffix(w2.Body.String(), "data: [DONE]\n\n"))
+	require.NoError(t, e2.rec.next(t).out.Err)
+}

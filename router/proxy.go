@@ -85,6 +85,14 @@ type Config struct {
 	// (prefill of a non-streaming request included); when it expires the
 	// client gets 504. 0 means no limit.
 	UpstreamTimeout time.Duration
+	// StreamIdleTimeout bounds the wait for each line of an SSE stream
+	// once its headers came: a stream that sends nothing for this long (a
+	// model server whose engine hung behind a live HTTP server) is cut, the
+	// client gets the stream's error event and Done ErrStreamIdle (wrapped
+	// in ErrStreamBroken). The first token may come long after the
+	// headers when the server queues the request, so set it above the
+	// longest queueing expected. 0 means no limit.
+	StreamIdleTimeout time.Duration
 	// StripHeaders are more client headers removed before picking and
 	// forwarding, in addition to the hop-by-hop headers and
 	// HeaderDestination: for example the subset filter's header, if only
@@ -667,7 +675,7 @@ func dispatchDirect(ep *signals.Endpoint, tokens int) func(signals.Outcome) {
 // roundTrip sends one attempt. On success c.cancel must be called once the
 // response is consumed.
 func (p *Proxy) roundTrip(ctx context.Context, r *http.Request, c *call, ep *signals.Endpoint) (*http.Response, error) {
-	if p.h1 != nil && p.cfg.UpstreamTimeout <= 0 {
+	if p.h1 != nil && p.cfg.UpstreamTimeout <= 0 && p.cfg.StreamIdleTimeout <= 0 {
 		// No timer to cancel the attempt: the request's own context (the
 		// client going away) is the only cancellation.
 		resp, err := p.h1.do(ctx, p.h1Request(r, c, ep))
@@ -1042,8 +1050,21 @@ func (p *Proxy) streamSSE(w http.ResponseWriter, r *http.Request, c *call, fb *f
 	sawDone := false
 	rewrite := c.route.Rewrites()
 	cont := false // relaying the rest of a line longer than MaxResponseBuffer
+	var idle *time.Timer
+	var idled atomic.Bool
+	if d := p.cfg.StreamIdleTimeout; d > 0 {
+		cancel := c.cancel
+		idle = time.AfterFunc(d, func() {
+			idled.Store(true)
+			cancel(ErrStreamIdle)
+		})
+		defer idle.Stop()
+	}
 	for {
 		line, ends, rerr := c.readLine(p.cfg.MaxResponseBuffer)
+		if idle != nil && len(line) > 0 {
+			idle.Reset(p.cfg.StreamIdleTimeout)
+		}
 		whole := ends && !cont // a line read whole, not a piece of a long one
 		cont = !ends
 		if len(line) > 0 {
@@ -1079,6 +1100,9 @@ func (p *Proxy) streamSSE(w http.ResponseWriter, r *http.Request, c *call, fb *f
 		if rerr != nil {
 			if r.Context().Err() != nil {
 				return r.Context().Err()
+			}
+			if idled.Load() {
+				rerr = ErrStreamIdle
 			}
 			return p.streamError(w, rc, fmt.Errorf("%w: %w", ErrStreamBroken, rerr))
 		}

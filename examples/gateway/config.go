@@ -60,6 +60,9 @@ type RouterConfig struct {
 	MaxRetries int `yaml:"maxRetries"`
 	// UpstreamTimeout bounds the wait for response headers; 0 means none.
 	UpstreamTimeout picker.Duration `yaml:"upstreamTimeout"`
+	// StreamIdleTimeout cuts an SSE stream that sends nothing for this
+	// long (router.Config.StreamIdleTimeout); 0 means no limit.
+	StreamIdleTimeout picker.Duration `yaml:"streamIdleTimeout"`
 	// StripHeaders are extra client headers removed before routing.
 	StripHeaders []string `yaml:"stripHeaders"`
 	// EndpointHeader, if set, names the chosen endpoint on the upstream
@@ -233,7 +236,7 @@ func (c *Config) checkLimits() error {
 		v    picker.Duration
 	}{
 		{"readHeaderTimeout", c.ReadHeaderTimeout}, {"idleTimeout", c.IdleTimeout}, {"drainTimeout", c.DrainTimeout},
-		{"router.upstreamTimeout", c.Router.UpstreamTimeout},
+		{"router.upstreamTimeout", c.Router.UpstreamTimeout}, {"router.streamIdleTimeout", c.Router.StreamIdleTimeout},
 		{"scrape.interval", c.Scrape.Interval}, {"scrape.timeout", c.Scrape.Timeout},
 	} {
 		if d.v < 0 {

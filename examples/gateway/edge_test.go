@@ -89,6 +89,7 @@ func TestConfigRejected(t *testing.T) {
 		{"negative idleTimeout", "idleTimeout: -1s\npools: [{name: a}]", "idleTimeout: -1s is negative"},
 		{"negative drainTimeout", "drainTimeout: -1s\npools: [{name: a}]", "drainTimeout: -1s is negative"},
 		{"negative upstreamTimeout", "router: {upstreamTimeout: -1s}\npools: [{name: a}]", "router.upstreamTimeout"},
+		{"negative streamIdleTimeout", "router: {streamIdleTimeout: -1s}\npools: [{name: a}]", "router.streamIdleTimeout"},
 		{"negative scrape interval", "scrape: {interval: -1s}\npools: [{name: a}]", "scrape.interval"},
 		{"negative maxBodyBytes", "router: {maxBodyBytes: -1}\npools: [{name: a}]", "router.maxBodyBytes"},
 		{"negative failureThreshold", "scrape: {failureThreshold: -1}\npools: [{name: a}]", "scrape.failureThreshold"},

@@ -127,16 +127,17 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	g.proxy, err = router.NewProxy(table, router.Config{
-		Transport:       upstream,
-		UpstreamScheme:  cfg.Router.UpstreamScheme,
-		Hasher:          hasher,
-		MaxBodyBytes:    cfg.Router.MaxBodyBytes,
-		MaxRetries:      cfg.Router.MaxRetries,
-		UpstreamTimeout: time.Duration(cfg.Router.UpstreamTimeout),
-		StripHeaders:    cfg.Router.StripHeaders,
-		EndpointHeader:  cfg.Router.EndpointHeader,
-		Logger:          log,
-		MeterProvider:   g.mp,
+		Transport:         upstream,
+		UpstreamScheme:    cfg.Router.UpstreamScheme,
+		Hasher:            hasher,
+		MaxBodyBytes:      cfg.Router.MaxBodyBytes,
+		MaxRetries:        cfg.Router.MaxRetries,
+		UpstreamTimeout:   time.Duration(cfg.Router.UpstreamTimeout),
+		StreamIdleTimeout: time.Duration(cfg.Router.StreamIdleTimeout),
+		StripHeaders:      cfg.Router.StripHeaders,
+		EndpointHeader:    cfg.Router.EndpointHeader,
+		Logger:            log,
+		MeterProvider:     g.mp,
 	})
 	if err != nil {
 		return nil, err
