@@ -37,7 +37,8 @@
 // (bounded by Config.MaxRetries), reporting each failed endpoint, and when
 // every endpoint tried failed to connect it asks the picker once more (not
 // when MaxRetries is negative). A stream
-// that breaks off after it began ends with an SSE error event; any other
+// that breaks off after it began, or that sends nothing for
+// Config.StreamIdleTimeout when that is set, ends with an SSE error event; any other
 // body that breaks off is answered 502 when none of it was sent and
 // aborted (the client's connection reset) when some was, so that a client
 // never takes a truncated answer for a whole one. A client
