@@ -228,27 +228,8 @@ func TestConcurrentPickDoneSwap(t *testing.T) {
 	}
 	setA, setB := all[:6], all[4:]
 	p, _ := newPicker(t, DefaultConfig(), setA)
-	stop := make(chan struct{})
-	var bg sync.WaitGroup
-	bg.Add(1)
-	go func() {
-		defer bg.Done()
-		cfgs := []Config{DefaultConfig(), {Scorers: []Plugin{{Name: scorer.ScorerQueue, Weight: 1}}, Strategy: Strategy{Name: StrategySoftmax, Temperature: 0.1}}}
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if i%2 == 0 {
-				p.SetEndpoints(setB)
-			} else {
-				p.SetEndpoints(setA)
-			}
-			_ = p.Reconfigure(cfgs[i%2])
-			time.Sleep(10 * time.Microsecond)
-		}
-	}()
+	cfgs := []Config{DefaultConfig(), {Scorers: []Plugin{{Name: scorer.ScorerQueue, Weight: 1}}, Strategy: Strategy{Name: StrategySoftmax, Temperature: 0.1}}}
+	stopSwaps := swapInBackground(t, p, setA, setB, cfgs, 10*time.Microsecond)
 	var failures atomic.Int64
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
@@ -289,8 +270,7 @@ func TestConcurrentPickDoneSwap(t *testing.T) {
 		}(g)
 	}
 	wg.Wait()
-	close(stop)
-	bg.Wait()
+	stopSwaps()
 	assert.Zero(t, failures.Load())
 	for _, e := range all {
 		assert.Zero(t, e.InFlight(), e.Name)

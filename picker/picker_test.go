@@ -597,6 +597,40 @@ func TestStalenessFadesTowardLocalAccounting(t *testing.T) {
 	assert.Equal(t, "a", pick())
 }
 
+// swapInBackground swaps p's endpoints and configuration in a goroutine,
+// setB with cfgs[0] then setA with cfgs[1] and so on, pausing between
+// swaps, until the returned function is called; that function returns
+// once the goroutine has ended.
+func swapInBackground(t *testing.T, p *Picker, setA, setB []*signals.Endpoint, cfgs []Config, pause time.Duration) func() {
+	t.Helper()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if i%2 == 0 {
+				p.SetEndpoints(setB)
+			} else {
+				p.SetEndpoints(setA)
+			}
+			assert.NoError(t, p.Reconfigure(cfgs[i%2]))
+			if pause > 0 {
+				time.Sleep(pause)
+			}
+		}
+	}()
+	return func() {
+		close(stop)
+		wg.Wait()
+	}
+}
+
 func TestConcurrentPickWithSwaps(t *testing.T) {
 	mk := func(prefix string, n int) []*signals.Endpoint {
 		eps := make([]*signals.Endpoint, n)
@@ -612,25 +646,7 @@ func TestConcurrentPickWithSwaps(t *testing.T) {
 		{Scorers: []Plugin{{Name: scorer.ScorerRunning, Weight: 1}}, Strategy: Strategy{Name: StrategyWeightedRandom}},
 	}
 	ctx := context.Background()
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if i%2 == 0 {
-				p.SetEndpoints(setB)
-			} else {
-				p.SetEndpoints(setA)
-			}
-			require.NoError(t, p.Reconfigure(cfgs[i%2]))
-		}
-	}()
+	stopSwaps := swapInBackground(t, p, setA, setB, cfgs, 0)
 	var pickers sync.WaitGroup
 	for g := 0; g < 8; g++ {
 		pickers.Add(1)
@@ -647,8 +663,7 @@ func TestConcurrentPickWithSwaps(t *testing.T) {
 		}()
 	}
 	pickers.Wait()
-	close(stop)
-	wg.Wait()
+	stopSwaps()
 	for _, e := range append(setA, setB...) {
 		assert.Zero(t, e.InFlight(), "every Done released its endpoint: %s", e.Name)
 	}

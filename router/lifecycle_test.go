@@ -362,7 +362,15 @@ func TestUnusedHostsLeaveTheClient(t *testing.T) {
 	second, err := cl.do(context.Background(), postTo(s.addr(), "{}"))
 	require.NoError(t, err) // a second connection
 	assert.Equal(t, "ok", readAll(t, second))
-	time.Sleep(5 * cl.idleTimeout) // the second's idle connection expires
+	cl.mu.Lock()
+	h := cl.hosts[s.addr()]
+	cl.mu.Unlock()
+	require.NotNil(t, h)
+	require.Eventually(t, func() bool { // the second's idle connection expires
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.idle) == 0 && h.timer == nil
+	}, 5*time.Second, 5*time.Millisecond)
 	assert.Equal(t, 1, hosts(), "a host with a connection in use left the map")
 	assert.Equal(t, "ok", readAll(t, busy))
 	require.Eventually(t, func() bool { return hosts() == 0 }, 5*time.Second, 5*time.Millisecond)

@@ -146,6 +146,12 @@ func (t *h1Client) get(ctx context.Context, h *h1Host, addr string, fresh bool) 
 	return pc, nil
 }
 
+// discard closes a connection that get handed out, for good.
+func (pc *h1Conn) discard() {
+	_ = pc.nc.Close()
+	pc.host.out.Add(-1)
+}
+
 // interrupt makes the connection's blocked and future I/O fail at once: the
 // request's context was cancelled (the client went away).
 func (pc *h1Conn) interrupt() { _ = pc.nc.SetDeadline(aLongTimeAgo) }
@@ -338,8 +344,7 @@ func (t *h1Client) do(ctx context.Context, req *h1Request) (*http.Response, erro
 		if err == nil {
 			return resp, nil
 		}
-		_ = pc.nc.Close()
-		h.out.Add(-1)
+		pc.discard()
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
@@ -1014,8 +1019,7 @@ func (b *h1Body) finish(err error) {
 	if reuse && b.pc.br.Buffered() == 0 {
 		b.t.put(b.pc)
 	} else {
-		_ = b.pc.nc.Close()
-		b.pc.host.out.Add(-1)
+		b.pc.discard()
 	}
 	b.pc = nil
 }

@@ -237,6 +237,21 @@ func (g *bodyGen) ws() {
 	}
 }
 
+// seq writes n items between open and close, separated by commas, each
+// with optional whitespace around it.
+func (g *bodyGen) seq(open, close byte, n int, item func(i int)) {
+	g.sb.WriteByte(open)
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			g.sb.WriteByte(',')
+		}
+		g.ws()
+		item(i)
+		g.ws()
+	}
+	g.sb.WriteByte(close)
+}
+
 func (g *bodyGen) str(n int) {
 	g.sb.WriteByte('"')
 	for i := 0; i < n; i++ {
@@ -285,13 +300,7 @@ func (g *bodyGen) value(kind string) {
 		case 1:
 			g.sb.WriteString(`42`)
 		case 2, 3:
-			g.sb.WriteByte('[')
-			n := r.IntN(4)
-			for i := 0; i < n; i++ {
-				if i > 0 {
-					g.sb.WriteByte(',')
-				}
-				g.ws()
+			g.seq('[', ']', r.IntN(4), func(int) {
 				switch r.IntN(4) {
 				case 0:
 					g.str(r.IntN(90))
@@ -306,9 +315,7 @@ func (g *bodyGen) value(kind string) {
 					g.str(r.IntN(90))
 					g.sb.WriteString(`}`)
 				}
-				g.ws()
-			}
-			g.sb.WriteByte(']')
+			})
 		default:
 			g.str(r.IntN(200))
 		}
@@ -337,20 +344,13 @@ func (g *bodyGen) message() {
 	if r.IntN(4) == 0 && len(keys) > 0 {
 		keys = append(keys, keys[r.IntN(len(keys))]) // a repeated key
 	}
-	g.sb.WriteByte('{')
-	for i, k := range keys {
-		if i > 0 {
-			g.sb.WriteByte(',')
-		}
-		g.ws()
-		g.sb.WriteString(`"` + k + `"`)
+	g.seq('{', '}', len(keys), func(i int) {
+		g.sb.WriteString(`"` + keys[i] + `"`)
 		g.ws()
 		g.sb.WriteByte(':')
 		g.ws()
-		g.value(k)
-		g.ws()
-	}
-	g.sb.WriteByte('}')
+		g.value(keys[i])
+	})
 }
 
 func (g *bodyGen) body() string {
@@ -363,12 +363,8 @@ func (g *bodyGen) body() string {
 	r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
 	keys = keys[:2+r.IntN(len(keys)-1)]
 	g.ws()
-	g.sb.WriteByte('{')
-	for i, k := range keys {
-		if i > 0 {
-			g.sb.WriteByte(',')
-		}
-		g.ws()
+	g.seq('{', '}', len(keys), func(i int) {
+		k := keys[i]
 		g.sb.WriteString(`"` + k + `":`)
 		g.ws()
 		switch k {
@@ -413,21 +409,9 @@ func (g *bodyGen) body() string {
 				g.str(r.IntN(300))
 			}
 		case "messages":
-			g.sb.WriteByte('[')
-			n := r.IntN(6)
-			for j := 0; j < n; j++ {
-				if j > 0 {
-					g.sb.WriteByte(',')
-				}
-				g.ws()
-				g.message()
-				g.ws()
-			}
-			g.sb.WriteByte(']')
+			g.seq('[', ']', r.IntN(6), func(int) { g.message() })
 		}
-		g.ws()
-	}
-	g.sb.WriteByte('}')
+	})
 	return g.sb.String()
 }
 
