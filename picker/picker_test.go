@@ -37,6 +37,21 @@ func loadCfg(scorers ...Plugin) Config {
 	}
 }
 
+// assertBreakdownSane checks that every candidate's total in b is a
+// number and every score in [0, 1]; it reports whether they all were.
+func assertBreakdownSane(t *testing.T, b Breakdown) bool {
+	t.Helper()
+	ok := true
+	for c := 0; c < b.Len(); c++ {
+		ok = assert.False(t, math.IsNaN(b.Total(c)), "total of %s is NaN", b.Endpoint(c).Name) && ok
+		for s := range b.Scorers() {
+			v := b.Score(s, c)
+			ok = assert.True(t, v >= 0 && v <= 1, "score %v of %s/%s", v, b.Scorers()[s], b.Endpoint(c).Name) && ok
+		}
+	}
+	return ok
+}
+
 func newPicker(t *testing.T, cfg Config, eps []*signals.Endpoint, opts ...Option) (*Picker, *signalstest.Clock) {
 	t.Helper()
 	clk := signalstest.NewClock(epoch)
@@ -167,13 +182,8 @@ func TestHostileMetricValues(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		res, err := p.Pick(context.Background(), &signals.Request{Adapter: "x", PromptTokens: 100})
 		require.NoError(t, err)
-		b := res.Breakdown
-		for c := 0; c < b.Len(); c++ {
-			require.False(t, math.IsNaN(b.Total(c)), "total of %s", b.Endpoint(c).Name)
-			for s := range b.Scorers() {
-				v := b.Score(s, c)
-				require.True(t, v >= 0 && v <= 1, "score %v of %s/%s", v, b.Scorers()[s], b.Endpoint(c).Name)
-			}
+		if !assertBreakdownSane(t, res.Breakdown) {
+			return
 		}
 		res.Done(DoneInfo{})
 	}
