@@ -60,3 +60,39 @@ func TestQuickSuiteGate(t *testing.T) {
 			s.Name, 100*s.Load, 1000*ir.TTFTP99, 1000*rr.TTFTP99)
 	}
 }
+
+// TestQuickSuiteGateUniformSeeds holds the uniform fleet's rule of the gate
+// above at five more seeds. One seed is a thin guard for it: the quick
+// suite's runs are short (2 500 requests, so its p99 is the 25th-worst
+// TTFT), and a picker configuration can pass at seed 1 while collisions
+// double the p99 at other seeds. Session 37's first retuning (queue 1.25,
+// KV cache 8) did: the full suite at seeds 1–10 held uniform within 5% of
+// round-robin, but this test fails with it at seeds 2, 4 and 5 (p99 up to
+// 2.7× round-robin's, 725 against 272 ms at 90% load), and routebench
+// -quick -check ci failed at eight of seeds 1–20. Uniform only: it is the
+// scenario whose rule needs no trace files and whose margin is thinnest.
+// .ci/run's -run TestQuickSuiteGate pattern runs it too.
+func TestQuickSuiteGateUniformSeeds(t *testing.T) {
+	for _, seed := range []uint64{2, 3, 4, 5, 6} {
+		rep, err := RunSuite(context.Background(), Options{
+			Quick:     true,
+			Scenarios: []string{"uniform"},
+			Policies:  []string{policy.RoundRobin, policy.Inferroute},
+			Seed:      seed,
+		})
+		require.NoError(t, err)
+		require.Len(t, rep.Scenarios, len(DefaultLoads))
+		for _, s := range rep.Scenarios {
+			rr, ok := s.Policy(policy.RoundRobin)
+			require.True(t, ok)
+			ir, ok := s.Policy(policy.Inferroute)
+			require.True(t, ok)
+			assert.LessOrEqual(t, ir.TTFTMean, 1.05*rr.TTFTMean,
+				"seed %d, uniform at %.0f%%: inferroute mean TTFT %.1f ms is more than 5%% above round-robin's %.1f ms",
+				seed, 100*s.Load, 1000*ir.TTFTMean, 1000*rr.TTFTMean)
+			assert.LessOrEqual(t, ir.TTFTP99, 1.05*rr.TTFTP99,
+				"seed %d, uniform at %.0f%%: inferroute p99 TTFT %.1f ms is more than 5%% above round-robin's %.1f ms",
+				seed, 100*s.Load, 1000*ir.TTFTP99, 1000*rr.TTFTP99)
+		}
+	}
+}
