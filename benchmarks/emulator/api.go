@@ -39,22 +39,22 @@ func (p *Pod) handler() http.Handler {
 	return mux
 }
 
-// apiError writes vLLM's error shape (vllm/entrypoints/openai/protocol.py,
+// errorBody is vLLM's error shape (vllm/entrypoints/openai/protocol.py,
 // ErrorResponse; ../shared/fixtures/openai/llm-d-inference-sim/error-*.json).
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    int     `json:"code"`
+}
+
+// apiError writes an errorBody with the status as its code.
 func apiError(w http.ResponseWriter, status int, typ, msg string) {
-	b, _ := json.Marshal(struct {
-		Error struct {
-			Message string  `json:"message"`
-			Type    string  `json:"type"`
-			Param   *string `json:"param"`
-			Code    int     `json:"code"`
-		} `json:"error"`
-	}{Error: struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    int     `json:"code"`
-	}{Message: msg, Type: typ, Code: status}})
+	b, _ := json.Marshal(errorBody{Error: errorDetail{Message: msg, Type: typ, Code: status}})
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)

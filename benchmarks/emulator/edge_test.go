@@ -131,7 +131,7 @@ func TestHugeMaxTokens(t *testing.T) {
 			resp, err := http.Post(p.URL()+path, "application/json", strings.NewReader(body))
 			require.NoError(t, err)
 			require.Equal(t, http.StatusBadRequest, resp.StatusCode)
-			e := decode[errorBody](t, resp)
+			e := decode[wireError](t, resp)
 			assert.Equal(t, "BadRequestError", e.Error.Type)
 			assert.Equal(t, 400, e.Error.Code)
 			assert.Contains(t, e.Error.Message, "9223372036854775807 in the completion")

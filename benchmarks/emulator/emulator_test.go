@@ -77,9 +77,10 @@ func post(t *testing.T, url, body string) *http.Response {
 	return resp
 }
 
-// errorBody is the error shape of vLLM's OpenAI server, as the recordings
-// in ../shared/fixtures/openai show it.
-type errorBody struct {
+// wireError is the error shape of vLLM's OpenAI server, as the recordings
+// in ../shared/fixtures/openai show it: written apart from api.go's
+// errorBody, so that a wrong tag there fails here.
+type wireError struct {
 	Error struct {
 		Message string  `json:"message"`
 		Type    string  `json:"type"`
@@ -280,7 +281,7 @@ func TestErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			resp := post(t, p.URL()+"/v1/completions", tt.body)
 			require.Equal(t, tt.status, resp.StatusCode)
-			e := decode[errorBody](t, resp)
+			e := decode[wireError](t, resp)
 			assert.Equal(t, tt.typ, e.Error.Type)
 			assert.Equal(t, tt.status, e.Error.Code)
 			assert.Nil(t, e.Error.Param)
