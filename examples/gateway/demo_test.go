@@ -47,14 +47,8 @@ func TestDemo(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- runDemo(ctx, ln, &out, slog.New(slog.DiscardHandler)) }()
 
-	require.Eventually(t, func() bool {
-		r, err := http.Get(url + "/v1/models")
-		if err != nil {
-			return false
-		}
-		r.Body.Close()
-		return r.StatusCode == http.StatusOK
-	}, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return answersOK(url + "/v1/models") },
+		10*time.Second, 10*time.Millisecond)
 	printed := out.String()
 	for _, want := range []string{"h100-0", "a100-1", "l4-2", "l4-3", "curl -si " + url + "/v1/completions", "curl -sN " + url + "/v1/chat/completions"} {
 		assert.Contains(t, printed, want)

@@ -28,14 +28,8 @@ func TestDemoDrainsStreams(t *testing.T) {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- runDemo(ctx, ln, io.Discard, slog.New(slog.DiscardHandler)) }()
-	require.Eventually(t, func() bool {
-		r, err := http.Get(url + "/v1/models")
-		if err != nil {
-			return false
-		}
-		_ = r.Body.Close()
-		return r.StatusCode == http.StatusOK
-	}, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return answersOK(url + "/v1/models") },
+		10*time.Second, 10*time.Millisecond)
 
 	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(
 		`{"model":"llama","messages":[{"role":"user","content":"Count users by country"}],"stream":true,"max_tokens":40}`))
@@ -77,14 +71,8 @@ func TestDemoSecondSignalEndsAtOnce(t *testing.T) {
 		<-exited
 	})
 	url := "http://" + addr
-	require.Eventually(t, func() bool {
-		r, err := http.Get(url + "/v1/models")
-		if err != nil {
-			return false
-		}
-		_ = r.Body.Close()
-		return r.StatusCode == http.StatusOK
-	}, 20*time.Second, 20*time.Millisecond, "the demo serves: %s", out.String())
+	require.Eventually(t, func() bool { return answersOK(url + "/v1/models") },
+		20*time.Second, 20*time.Millisecond, "the demo serves: %s", out.String())
 
 	// A stream far longer than the demo's drain timeout.
 	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(

@@ -118,6 +118,17 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
+// answersOK reports whether a GET of url answers 200 (the body is
+// discarded): a server-is-up probe for require.Eventually.
+func answersOK(url string) bool {
+	r, err := http.Get(url)
+	if err != nil {
+		return false
+	}
+	_ = r.Body.Close()
+	return r.StatusCode == http.StatusOK
+}
+
 func healthz(t *testing.T, url string) (int, string) {
 	t.Helper()
 	r, err := http.Get(url + "/healthz")
@@ -452,14 +463,8 @@ func TestSIGTERMDrainsStream(t *testing.T) {
 		}
 	})
 	url := "http://" + addr
-	require.Eventually(t, func() bool {
-		r, err := http.Get(url + "/healthz")
-		if err != nil {
-			return false
-		}
-		_ = r.Body.Close()
-		return r.StatusCode == 200
-	}, 10*time.Second, 20*time.Millisecond, "the binary serves: %s", stderr.String())
+	require.Eventually(t, func() bool { return answersOK(url + "/healthz") },
+		10*time.Second, 20*time.Millisecond, "the binary serves: %s", stderr.String())
 
 	resp, err := http.Post(url+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"llama","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
@@ -687,14 +692,9 @@ func TestREADMECurl(t *testing.T) {
 		_ = r.Body.Close()
 		return r.StatusCode == 200
 	}, 120*time.Second, 100*time.Millisecond, "the README's gateway and backends serve: %s", logs.String())
-	require.Eventually(t, func() bool { // ready once a backend answered a scrape, every 50 ms
-		r, err := http.Get(base8080 + "/healthz")
-		if err != nil {
-			return false
-		}
-		_ = r.Body.Close()
-		return r.StatusCode == 200
-	}, 10*time.Second, 10*time.Millisecond)
+	// Ready once a backend answered a scrape, every 50 ms.
+	require.Eventually(t, func() bool { return answersOK(base8080 + "/healthz") },
+		10*time.Second, 10*time.Millisecond)
 
 	curls := readmeCurls(t)
 	var section []curlCmd
@@ -781,14 +781,8 @@ func TestREADMEDemo(t *testing.T) {
 	}
 	require.Len(t, demo, 2)
 	const url = "http://127.0.0.1:8080"
-	require.Eventually(t, func() bool {
-		r, err := http.Get(url + "/v1/models")
-		if err != nil {
-			return false
-		}
-		_ = r.Body.Close()
-		return r.StatusCode == 200
-	}, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return answersOK(url + "/v1/models") },
+		10*time.Second, 20*time.Millisecond)
 
 	resp, body := demo[0].do(t, url)
 	require.True(t, demo[0].include, "curl -si")
@@ -821,14 +815,8 @@ func TestREADMEPprof(t *testing.T) {
 	root := repoRoot(t)
 	var logs syncBuf
 	startCommand(t, root, &logs, "go", "run", "./examples/gateway", "-config", "examples/gateway/gateway.yaml", "-pprof", "127.0.0.1:6060")
-	require.Eventually(t, func() bool {
-		r, err := http.Get("http://127.0.0.1:6060/debug/pprof/")
-		if err != nil {
-			return false
-		}
-		_ = r.Body.Close()
-		return r.StatusCode == 200
-	}, 120*time.Second, 100*time.Millisecond, "pprof serves: %s", logs.String())
+	require.Eventually(t, func() bool { return answersOK("http://127.0.0.1:6060/debug/pprof/") },
+		120*time.Second, 100*time.Millisecond, "pprof serves: %s", logs.String())
 	r, err := http.Get("http://127.0.0.1:8080/debug/pprof/")
 	require.NoError(t, err)
 	_ = r.Body.Close()
