@@ -11,6 +11,7 @@ package sim
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -41,18 +42,10 @@ func TestQuickSuiteGate(t *testing.T) {
 	t.Logf("quick suite:\n%s", table.String())
 	require.Len(t, rep.Scenarios, 5*len(DefaultLoads))
 	for _, s := range rep.Scenarios {
-		rr, ok := s.Policy(policy.RoundRobin)
-		require.True(t, ok)
-		ir, ok := s.Policy(policy.Inferroute)
-		require.True(t, ok)
+		rr, ir := gatePair(t, &s)
 		require.Zero(t, ir.Failed, "%s at %.0f%%: inferroute failed requests", s.Name, 100*s.Load)
 		if s.Name == "uniform" {
-			assert.LessOrEqual(t, ir.TTFTMean, 1.05*rr.TTFTMean,
-				"%s at %.0f%%: inferroute mean TTFT %.1f ms is more than 5%% above round-robin's %.1f ms",
-				s.Name, 100*s.Load, 1000*ir.TTFTMean, 1000*rr.TTFTMean)
-			assert.LessOrEqual(t, ir.TTFTP99, 1.05*rr.TTFTP99,
-				"%s at %.0f%%: inferroute p99 TTFT %.1f ms is more than 5%% above round-robin's %.1f ms",
-				s.Name, 100*s.Load, 1000*ir.TTFTP99, 1000*rr.TTFTP99)
+			assertWithinRoundRobin(t, "", &s, rr, ir)
 			continue
 		}
 		assert.Less(t, ir.TTFTP99, rr.TTFTP99,
@@ -83,16 +76,30 @@ func TestQuickSuiteGateUniformSeeds(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, rep.Scenarios, len(DefaultLoads))
 		for _, s := range rep.Scenarios {
-			rr, ok := s.Policy(policy.RoundRobin)
-			require.True(t, ok)
-			ir, ok := s.Policy(policy.Inferroute)
-			require.True(t, ok)
-			assert.LessOrEqual(t, ir.TTFTMean, 1.05*rr.TTFTMean,
-				"seed %d, uniform at %.0f%%: inferroute mean TTFT %.1f ms is more than 5%% above round-robin's %.1f ms",
-				seed, 100*s.Load, 1000*ir.TTFTMean, 1000*rr.TTFTMean)
-			assert.LessOrEqual(t, ir.TTFTP99, 1.05*rr.TTFTP99,
-				"seed %d, uniform at %.0f%%: inferroute p99 TTFT %.1f ms is more than 5%% above round-robin's %.1f ms",
-				seed, 100*s.Load, 1000*ir.TTFTP99, 1000*rr.TTFTP99)
+			rr, ir := gatePair(t, &s)
+			assertWithinRoundRobin(t, fmt.Sprintf("seed %d, ", seed), &s, rr, ir)
 		}
 	}
+}
+
+// gatePair returns the round-robin and inferroute metrics of s.
+func gatePair(t *testing.T, s *ScenarioResult) (rr, ir Metrics) {
+	t.Helper()
+	rr, ok := s.Policy(policy.RoundRobin)
+	require.True(t, ok)
+	ir, ok = s.Policy(policy.Inferroute)
+	require.True(t, ok)
+	return rr, ir
+}
+
+// assertWithinRoundRobin is the uniform fleet's rule: inferroute's mean and
+// p99 TTFT at most 5% above round-robin's. prefix starts the messages.
+func assertWithinRoundRobin(t *testing.T, prefix string, s *ScenarioResult, rr, ir Metrics) {
+	t.Helper()
+	assert.LessOrEqual(t, ir.TTFTMean, 1.05*rr.TTFTMean,
+		"%s%s at %.0f%%: inferroute mean TTFT %.1f ms is more than 5%% above round-robin's %.1f ms",
+		prefix, s.Name, 100*s.Load, 1000*ir.TTFTMean, 1000*rr.TTFTMean)
+	assert.LessOrEqual(t, ir.TTFTP99, 1.05*rr.TTFTP99,
+		"%s%s at %.0f%%: inferroute p99 TTFT %.1f ms is more than 5%% above round-robin's %.1f ms",
+		prefix, s.Name, 100*s.Load, 1000*ir.TTFTP99, 1000*rr.TTFTP99)
 }
