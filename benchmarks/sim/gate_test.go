@@ -56,7 +56,7 @@ func TestQuickSuiteGate(t *testing.T) {
 
 // TestQuickSuiteGateUniformSeeds holds the uniform fleet's rule of the gate
 // above at five more seeds. One seed is a thin guard for it: the quick
-// suite's runs are short (2 500 requests, so its p99 is the 25th-worst
+// suite's runs are short (2 500 requests, so its p99 is the 26th-worst
 // TTFT), and a picker configuration can pass at seed 1 while collisions
 // double the p99 at other seeds. Session 37's first retuning (queue 1.25,
 // KV cache 8) did: the full suite at seeds 1–10 held uniform within 5% of
