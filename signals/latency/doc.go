@@ -68,6 +68,18 @@
 // degenerate the inputs, and every feature and target is clamped to a
 // finite range, so no input produces NaN.
 //
+// Least squares gives one observation unbounded influence, so once an
+// endpoint's model has Config.FullConfidenceSamples effective observations
+// each new one is clipped to within a factor of 4 of the prediction before
+// it is folded in (a Huber-type bound; see model's clipRatio): a prefix-cache
+// hit its server did not report, an 8 000-token prompt answered in 50 ms,
+// no longer makes the endpoint publish a prefill rate hundreds of times its
+// real one for the next hundred requests. Before that, the prefill rate
+// the predictor publishes (1000 / θ₁, for the prefill and token-load
+// scorers, which divide by it at face value) is blended with the pool's in
+// proportion to the sample confidence, because the first few observations
+// cannot separate θ₁ from the constant and the queued-work coefficient.
+//
 // # Cold start and confidence
 //
 // Before an endpoint has observations its coefficients are the pool's: a

@@ -60,7 +60,10 @@ func batchWLS(d int, xs [][maxDim]float64, ys, c []float64, reg, prior *[maxDim]
 // random data with multiplicative noise, for several forgetting factors.
 // The relative weights are recomputed independently from their definition:
 // at sample k the scale s_k = max(min(ŷ_k, y_k), y_k/4, floor) with ŷ_k the
-// prediction of the batch solution over samples 1..k−1; the raw log weight
+// prediction of the batch solution over samples 1..k−1 and y_k the
+// observation, clipped to [ŷ_k/clipRatio, ŷ_k·clipRatio] once the
+// effective number of samples before it reaches clipAfter (10 here, so the
+// outlier at sample 40 is clipped; before 10, none is); the raw log weight
 // −2 ln s_k; divided by the exponentially forgotten geometric mean of the
 // raw weights up to k. Sample k's weight in the objective after n samples
 // is then λ^(n−k) w_k.
@@ -73,9 +76,9 @@ func TestModelMatchesBatchSolve(t *testing.T) {
 			reg[i] = 0.1 * ttftScale[i] * ttftScale[i]
 			prior[i] = 0.5 * truth[i]
 		}
-		const floor = 1e-3
+		const floor, clipAfter = 1e-3, 10
 		var m model
-		m.reset(ttftDim, lambda, floor, &reg, &prior)
+		m.reset(ttftDim, lambda, floor, clipAfter, &reg, &prior)
 
 		var xs [][maxDim]float64
 		var ys, lws, ws []float64
@@ -92,7 +95,16 @@ func TestModelMatchesBatchSolve(t *testing.T) {
 				c[k] = math.Pow(lambda, float64(len(ws)-1-k)) * ws[k]
 			}
 			prev := batchWLS(ttftDim, xs, ys, c, &reg, &prior)
-			s := math.Max(math.Max(math.Min(dot(&prev, &x, ttftDim), y), y/4), floor)
+			yhat := dot(&prev, &x, ttftDim)
+			var nPrev float64
+			for k := range ws {
+				nPrev += math.Pow(lambda, float64(len(ws)-1-k))
+			}
+			yc := y // what the objective sees
+			if nPrev >= clipAfter && yhat > 0 {
+				yc = math.Min(math.Max(y, yhat/clipRatio), yhat*clipRatio)
+			}
+			s := math.Max(math.Max(math.Min(yhat, yc), yc/4), floor)
 			lws = append(lws, -2*math.Log(s))
 			var num, den float64
 			for k := range lws {
@@ -101,7 +113,7 @@ func TestModelMatchesBatchSolve(t *testing.T) {
 				den += f
 			}
 			ws = append(ws, math.Exp(lws[len(lws)-1]-num/den))
-			xs, ys = append(xs, x), append(ys, y)
+			xs, ys = append(xs, x), append(ys, yc)
 
 			c = make([]float64, len(ws))
 			var nEff float64

@@ -76,7 +76,7 @@ func benchModel() (model, [maxDim]float64) {
 	reg := [maxDim]float64{1, 1, 1, 1, 1, 1}
 	prior := [maxDim]float64{0.05, 0.25, 0.25, 0.002, 0, 0.3}
 	var m model
-	m.reset(ttftDim, 0.97, 1e-3, &reg, &prior)
+	m.reset(ttftDim, 0.97, 1e-3, 10, &reg, &prior)
 	return m, [maxDim]float64{1, 1.5, 4, 12, 0.4, 0}
 }
 
