@@ -168,17 +168,15 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 //     it publishes for the prefill scorer leans on the pool's until an
 //     endpoint's model is confident; observations are clipped to 4× the
 //     prediction after that). With the same weights, over seeds 1–10 the
-//     p99 TTFT's geometric mean was 0.996 of what it was, at or below the
-//     best peer's in 106 runs of 150 (107 before; many are near-ties),
-//     Dynamo's KV router lower on the Mooncake trace in 6 of 30 (the
-//     Mooncake p99 at 90% load over seeds 11–40: a geometric mean 0.3%
-//     higher, lower at 16 seeds of 30), and over seeds 1–100 of the quick
-//     uniform fleet the gate's 5% rule failed in no run of 300 instead of
-//     5 (the worst 0.99× round-robin's p99 at 90% load instead of 2.04×).
+//     p99 was at or below the best peer's in 114 runs of 150, Dynamo's KV
+//     router lower on the Mooncake trace in 4 of 30, and over seeds 1–100
+//     of the quick uniform fleet the gate's 5% rule failed in no run of
+//     300 instead of 5 (the worst 0.99× round-robin's p99 at 90% load
+//     instead of 2.04×).
 //
-// On the default suite (seed 1) this configuration's p99 TTFT is below
-// round-robin's on a homogeneous fleet at every load (−0.1%, −2.5% and
-// −84% at 50%, 70% and 90%), and 97.4–100% lower on mixed GPUs
+// On the default suite (seed 1) this configuration's p99 TTFT is within
+// 0.1% of round-robin's on a homogeneous fleet at 50% load and below it at
+// 70% and 90% (+0.03%, −1.9% and −81%), and 97.5–100% lower on mixed GPUs
 // and bursty multi-tenant LoRA traffic; README.md has the table and the
 // command.
 func DefaultConfig() Config {
