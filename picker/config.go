@@ -170,9 +170,8 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 //     prediction after that). With the same weights, over seeds 1–10 the
 //     p99 was at or below the best peer's in 114 runs of 150, Dynamo's KV
 //     router lower on the Mooncake trace in 4 of 30, and over seeds 1–100
-//     of the quick uniform fleet the gate's 5% rule failed in no run of
-//     300 instead of 5 (the worst 0.99× round-robin's p99 at 90% load
-//     instead of 2.04×).
+//     of the quick uniform fleet the gate's 5% rule failed in 1 run of 300
+//     instead of 5 (the worst 1.19× round-robin's p99 instead of 2.04×).
 //
 // On the default suite (seed 1) this configuration's p99 TTFT is within
 // 0.1% of round-robin's on a homogeneous fleet at 50% load and below it at

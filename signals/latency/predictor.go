@@ -654,13 +654,9 @@ func (p *Predictor) Completed(req *signals.Request, ep *signals.Endpoint, out si
 // load, one pod's first observations put it at 745 000 tokens/s; the
 // prefill scorer then preferred it for 280 picks, it held 21 of the 26
 // slowest first tokens of the run (up to 732 ms), and the p99 was 2.04
-// times round-robin's. A negative learned coefficient counts as zero:
-// blended as it was, at seed 73 a pod's −3.6 times the pool's value
-// after two observations made it publish 490 000 tokens/s, and the pod
-// held 22 of the 26 slowest first tokens. Over seeds 1–100 of the quick
-// uniform suite the gate's rule (mean and p99 within 5% of
-// round-robin's) failed in 5 of 300 runs before the blend and in none
-// after it.
+// times round-robin's. Over seeds 1–100 of the quick uniform suite the
+// gate's rule (mean and p99 within 5% of round-robin's) failed in 5 of 300
+// runs before the blend and in 1 after it.
 func (p *Predictor) publishedSecPerKTok(learned, n, speed float64) float64 {
 	c := min(n/p.cfg.FullConfidenceSamples, 1)
 	if c >= 1 {
@@ -669,10 +665,7 @@ func (p *Predictor) publishedSecPerKTok(learned, n, speed float64) float64 {
 	var norm [maxDim]float64
 	p.poolPubT.load(&norm)
 	prior := scaleTTFT(&norm, speed)[fUncached]
-	// A negative coefficient (seconds per token below zero, which the
-	// first observations can give) counts as 0: blended as it is, it
-	// pulled the rate toward the pool's only to overshoot it.
-	return c*max(learned, 0) + (1-c)*prior
+	return c*learned + (1-c)*prior
 }
 
 // updatePool moves the pool's speed-normalised prior toward an endpoint's
