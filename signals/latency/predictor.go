@@ -653,10 +653,11 @@ func (p *Predictor) Completed(req *signals.Request, ep *signals.Endpoint, out si
 // identical H100 pods, about 45 000 tokens/s each) at seed 34 and 90%
 // load, one pod's first observations put it at 745 000 tokens/s; the
 // prefill scorer then preferred it for 280 picks, it held 21 of the 26
-// slowest first tokens of the run (up to 732 ms), and the p99 was 2.04
+// slowest first tokens of the run (up to 732 ms), and the p99 was 1.23
 // times round-robin's. Over seeds 1–100 of the quick uniform suite the
 // gate's rule (mean and p99 within 5% of round-robin's) failed in 5 of 300
-// runs before the blend and in 1 after it.
+// runs before the blend (the worst 2.04× at seed 81) and in 1 after it
+// (1.19×).
 func (p *Predictor) publishedSecPerKTok(learned, n, speed float64) float64 {
 	c := min(n/p.cfg.FullConfidenceSamples, 1)
 	if c >= 1 {
