@@ -164,18 +164,24 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 //     1.8× round-robin's, failing `-check ci` in 8 of 20 seeds against 1 of
 //     20 before and 2 of 20 now (those two, and the one before, on the Azure
 //     traces' p99, 0.5–4.3% over round-robin's).
-//   - Session 38 changed the latency predictor, not the weights (the rate
-//     it publishes for the prefill scorer leans on the pool's until an
-//     endpoint's model is confident; observations are clipped to 4× the
-//     prediction after that). With the same weights, over seeds 1–10 the
-//     p99 was at or below the best peer's in 114 runs of 150, Dynamo's KV
-//     router lower on the Mooncake trace in 4 of 30, and over seeds 1–100
-//     of the quick uniform fleet the gate's 5% rule failed in 1 run of 300
-//     instead of 5 (the worst 1.19× round-robin's p99 instead of 2.04×).
+//   - Session 38 changed the latency predictor, not the weights: the
+//     rate it publishes for the prefill scorer leans on the pool's until
+//     an endpoint's model is confident, observations are clipped to 4×
+//     the prediction after that, and its queued-work feature counts
+//     prefill work only. With the same weights, over seeds 1–10 the p99
+//     TTFT's geometric mean was 0.995 of what it was (mean TTFT 0.993), at
+//     or below the best peer's in 109 runs of 150 (107 before; many are
+//     near-ties), Dynamo's KV router lower on the Mooncake trace in 5 of
+//     30 (its p99 at 90% load over seeds 11–40: a geometric mean 1.3%
+//     lower, lower at 16 seeds of 30); over seeds 1–100 of the quick
+//     suite the uniform fleet missed the gate's 5% in 1 run of 300
+//     instead of 5 (the worst 1.09× round-robin's p99 instead of 2.04×),
+//     and the Azure traces' p99 at 90% load was not below round-robin's
+//     in 10 runs of 100 instead of 11.
 //
 // On the default suite (seed 1) this configuration's p99 TTFT is within
 // 0.1% of round-robin's on a homogeneous fleet at 50% load and below it at
-// 70% and 90% (+0.03%, −1.9% and −81%), and 97.5–100% lower on mixed GPUs
+// 70% and 90% (+0.1%, −2.3% and −80%), and 97.2–100% lower on mixed GPUs
 // and bursty multi-tenant LoRA traffic; README.md has the table and the
 // command.
 func DefaultConfig() Config {

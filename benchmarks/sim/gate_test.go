@@ -73,8 +73,8 @@ func TestQuickSuiteGate(t *testing.T) {
 // The rule, over seeds 2–41 at the three loads (120 runs): inferroute's
 // mean and p99 TTFT may exceed round-robin's by more than 5% in at most
 // one run, and by more than 25% in none. The allowance is for chance: with
-// the fix, over seeds 1–100 one run of 300 missed 5% (1.19× at seed 73,
-// 90% load), so a strict rule over 120 runs would fail about a third of
+// the fix, over seeds 1–100 one run of 300 missed 5% (1.09× at seed 25,
+// 70% load), so a strict rule over 120 runs would fail about a third of
 // unrelated changes. Uniform only: it is the scenario whose rule needs no
 // trace files and whose margin is thinnest. About 10 s without -race;
 // .ci/run's -run TestQuickSuiteGate pattern runs it too.

@@ -18,9 +18,11 @@
 //	     + θ₅ · [the request's LoRA adapter must be loaded]
 //
 // The uncached tokens are PromptTokens × (1 − the prefix match on that
-// endpoint). The queued work is the tokens this process has in flight there
-// (Endpoint.InFlightTokens) plus the scraped waiting requests
-// (Endpoint.QueueDepth) times the endpoint's mean uncached prompt size. This
+// endpoint). The queued work is the uncached tokens this process sent there
+// that have not produced a first token yet (Endpoint.Prefilling: requests
+// already decoding do not count) plus the scraped waiting requests beyond
+// those (Endpoint.QueueDepth less this process's prefilling requests: other
+// routers' requests) times the endpoint's mean uncached prompt size. This
 // is the physics of a continuous-batching server with chunked prefill
 // (vLLM, SGLang): a request's first token comes once the prefill work ahead
 // of it and its own have gone through at the card's prefill rate, while

@@ -13,7 +13,7 @@ import (
 const (
 	fConst    = iota // 1: fixed overhead (HTTP, scheduling, first decode step)
 	fUncached        // this request's uncached prompt tokens, in thousands
-	fQueued          // prefill work ahead of it, in thousands of tokens
+	fQueued          // prefill work ahead of it, in thousands of tokens (queuedTokens)
 	fRunning         // requests in the endpoint's running batch
 	fKV              // KV-cache utilisation in [0, 1]
 	fLoRA            // 1 when the request's adapter must be loaded first
@@ -455,10 +455,47 @@ func (p *Predictor) meanPrompt(st *epState, u float64) float64 {
 	return u
 }
 
+// queuedTokens is the prefill work ahead of a request on an endpoint, in
+// tokens: the uncached prompt tokens this process sent there that have not
+// produced a first token yet (Endpoint.Prefilling: exact and lag-free when
+// the caller reports first tokens, and without the requests already
+// decoding), plus the waiting requests the scrape shows beyond those
+// (other routers' requests, Endpoint.QueueDepth less this process's
+// prefilling ones) at avg tokens each. own is the request's own share when
+// it is already counted (its uncached tokens; counted says so): Dispatched
+// runs after Dispatch and StartPrefill have counted it, a prediction before.
+//
+// The first term was once InFlightTokens, the prompt tokens of every
+// request in flight: decoding requests counted as queued prefill and
+// this process's waiting requests twice (there and in the scraped queue),
+// so the fitted coefficient of the queued work stayed near 0 and the
+// per-token coefficient, whose inverse is the published prefill rate,
+// absorbed the queueing: identical pods in routebench's uniform fleet
+// published 17–31k tokens/s for thousands of requests while the others
+// published 42–45k. Counting prefill work only, the one-step TTFT
+// prediction error (mean |log(predicted/observed)| over endpoints with 20
+// or more effective observations, routebench, default weights, seeds 1
+// and 2) fell from 0.45/0.48 to 0.21/0.21 on the Azure traces, from
+// 0.42/0.38 to 0.28/0.27 on the Mooncake trace, from 0.28/0.26 to
+// 0.18/0.17 on bursty LoRA traffic and from 0.18/0.20 to 0.16/0.18 on the
+// mixed fleet, and rose from 0.16/0.12 to 0.18/0.16 on the uniform one.
+func queuedTokens(prefillReqs, prefillTokens int64, waiting, avg, own float64, counted bool) float64 {
+	reqs := float64(prefillReqs)
+	if counted {
+		// The request itself is in the scraped queue's correction (Dispatch)
+		// whether or not the caller counted it with StartPrefill.
+		reqs = max(reqs, 1)
+	}
+	ahead := max(float64(prefillTokens)-own, 0)
+	others := max(bound(waiting, maxRunning)-reqs, 0)
+	return ahead + others*avg
+}
+
 // liveFeatures fills x for a prediction at now.
 func (p *Predictor) liveFeatures(x *[maxDim]float64, req *signals.Request, ep *signals.Endpoint, st *epState, u float64, now time.Time) {
 	avg := p.meanPrompt(st, u)
-	q := float64(ep.InFlightTokens()) + bound(ep.QueueDepth(now, p.cfg.HalfLife), maxRunning)*avg
+	pr, pt := ep.Prefilling()
+	q := queuedTokens(pr, pt, ep.QueueDepth(now, p.cfg.HalfLife), avg, 0, false)
 	x[fConst] = 1
 	x[fUncached] = u / 1000
 	x[fQueued] = bound(q, maxQueuedTokens) / 1000
@@ -473,7 +510,7 @@ func (p *Predictor) liveFeatures(x *[maxDim]float64, req *signals.Request, ep *s
 // half-life.
 func (p *Predictor) loadFeatures(x *[maxDim]float64, req *signals.Request, ep *signals.Endpoint, st *epState, u float64, l *signals.Load, now time.Time) {
 	avg := p.meanPrompt(st, u)
-	q := float64(l.InFlightTokens) + bound(l.Waiting, maxRunning)*avg
+	q := queuedTokens(l.PrefillRequests, l.PrefillTokens, l.Waiting, avg, 0, false)
 	x[fConst] = 1
 	x[fUncached] = u / 1000
 	x[fQueued] = bound(q, maxQueuedTokens) / 1000
@@ -544,8 +581,8 @@ func (p *Predictor) Dispatched(req *signals.Request, ep *signals.Endpoint) {
 	x := &e.x
 	x[fConst] = 1
 	x[fUncached] = u / 1000
-	queue := max(ep.QueueDepth(now, p.cfg.HalfLife)-1, 0)
-	q := max(float64(ep.InFlightTokens())-u, 0) + bound(queue, maxRunning)*avg
+	pr, pt := ep.Prefilling()
+	q := queuedTokens(pr, pt, ep.QueueDepth(now, p.cfg.HalfLife), avg, u, true)
 	x[fQueued] = bound(q, maxQueuedTokens) / 1000
 	running := bound(ep.RunningRequests(now, p.cfg.HalfLife)-1, maxRunning)
 	x[fRunning] = running
@@ -654,10 +691,14 @@ func (p *Predictor) Completed(req *signals.Request, ep *signals.Endpoint, out si
 // load, one pod's first observations put it at 745 000 tokens/s; the
 // prefill scorer then preferred it for 280 picks, it held 21 of the 26
 // slowest first tokens of the run (up to 732 ms), and the p99 was 1.23
-// times round-robin's. Over seeds 1–100 of the quick uniform suite the
-// gate's rule (mean and p99 within 5% of round-robin's) failed in 5 of 300
-// runs before the blend (the worst 2.04× at seed 81) and in 1 after it
-// (1.19×).
+// times round-robin's. A negative learned coefficient counts as zero:
+// blended as it was, it overshot the pool's (at seed 73, 90% load, −3.6
+// times the pool's value after two observations made a pod publish
+// 490 000 tokens/s, and it held 22 of the 26 slowest first tokens). Over
+// seeds 1–100 of the quick uniform suite the gate's rule (mean and p99
+// within 5% of round-robin's) failed in 5 of 300 runs before the blend
+// (the worst 2.04× at seed 81) and fails in 1 with it and the queued-work
+// count of queuedTokens (1.09×, seed 25 at 70% load).
 func (p *Predictor) publishedSecPerKTok(learned, n, speed float64) float64 {
 	c := min(n/p.cfg.FullConfidenceSamples, 1)
 	if c >= 1 {
@@ -666,7 +707,10 @@ func (p *Predictor) publishedSecPerKTok(learned, n, speed float64) float64 {
 	var norm [maxDim]float64
 	p.poolPubT.load(&norm)
 	prior := scaleTTFT(&norm, speed)[fUncached]
-	return c*learned + (1-c)*prior
+	// A negative coefficient (seconds per token below zero, which the
+	// first observations can give) counts as 0: blended as it was, it
+	// pulled the rate toward the pool's only to overshoot it.
+	return c*max(learned, 0) + (1-c)*prior
 }
 
 // updatePool moves the pool's speed-normalised prior toward an endpoint's

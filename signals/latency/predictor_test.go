@@ -408,13 +408,14 @@ func TestPredictorFeatures(t *testing.T) {
 	clk := newFakeClock()
 	p := New(Config{Clock: clk})
 	ep := signals.NewEndpoint(signals.EndpointSpec{Name: "a"})
-	ep.Dispatch(3000) // background work in flight, not observed
+	ep.Dispatch(3000) // background work in flight, decoding (no StartPrefill), not observed
 	ep.SetMetrics(&signals.Metrics{ScrapedAt: clk.Now(), Baseline: ep.Counters(),
 		Waiting: signals.Known(2), Running: signals.Known(5), KVCacheUtilization: signals.Known(0.5),
 		BlockSize: 16, NumBlocks: 1000, LoRAKnown: true, RunningAdapters: []string{"resident"}})
 
 	dispatch := func(req *signals.Request, tokens int) pendingEntry {
-		ep.Dispatch(tokens)
+		ep.Dispatch(tokens) // as the picker counts a pick
+		ep.StartPrefill(tokens)
 		ep.NoteAdapter(req.Adapter, clk.Now())
 		p.Dispatched(req, ep)
 		e, ok := p.pending.take(pendingKey{req, ep})
@@ -447,10 +448,12 @@ func TestPredictorFeatures(t *testing.T) {
 		assert.InDelta(t, 0.4, ea.x[fUncached], 1e-12, "(200 + 600)/2")
 		assert.InDelta(t, 0.4, eb.x[fUncached], 1e-12, "reused by the second")
 	})
-	// Queued: in flight 3000 + 1200 (+ 400, removed) plus 2 scraped waiting
-	// (+2 dispatched since the scrape, minus this one = 3) × mean prompt.
-	// The mean prompt is 2000 after r1 (running mean of one).
-	assert.InDelta(t, (4200+3*2000)/1000.0, e.x[fQueued], 1e-9)
+	// Queued: r1's 1200 tokens still prefilling (r2's own 400 removed; the
+	// decoding 3000 do not count), plus the scraped queue beyond this
+	// process's prefilling requests: 2 scraped + 2 dispatched since the
+	// scrape − 2 prefilling (r1, r2) = 2 other requests × the mean prompt,
+	// 2000 after r1 (running mean of one).
+	assert.InDelta(t, (1200+2*2000)/1000.0, e.x[fQueued], 1e-9)
 	assert.InDelta(t, 6, e.x[fRunning], 1e-12, "5 scraped + r1, without r2")
 	// KV: 0.5 + (1200 + 400)/16000 minus this request's 400/16000.
 	assert.InDelta(t, 0.5+1200.0/16000, e.x[fKV], 1e-12)
@@ -729,6 +732,20 @@ func TestPredictorPublishedThroughputEarly(t *testing.T) {
 	require.True(t, ok, "throughput published after the first observation")
 	assert.GreaterOrEqual(t, tp, synthBaseRate/1.5, "after one outlier")
 	assert.LessOrEqual(t, tp, synthBaseRate*1.5, "after one outlier")
+
+	// A negative coefficient, which two observations can give, counts as
+	// zero: blended as it was, it pulled the rate past the pool's. In
+	// routebench (uniform fleet, seed 73, 90% load) a pod's second
+	// observation left it at −3.6 times the pool's seconds per thousand
+	// tokens, the blend published 490 000 tokens/s, and the pod held 22 of
+	// the run's 26 slowest first tokens. With the pool at 4000 tokens/s and
+	// 2 observations of 10 the rate must stay at or below 4000 / 0.8.
+	var norm [maxDim]float64
+	p.poolPubT.load(&norm)
+	prior := norm[fUncached]
+	require.InEpsilon(t, 1000/synthBaseRate, prior, 0.1, "the pool learned 4000 tokens/s")
+	got := p.publishedSecPerKTok(-3.6*prior, 2, 1)
+	assert.GreaterOrEqual(t, got, 0.8*prior*(1-1e-12), "published %.0f tokens/s against the pool's %.0f", 1000/got, 1000/prior)
 }
 
 // TestPredictorPublishedThroughputOutlier: an endpoint that has learned its
