@@ -79,8 +79,9 @@
 // real one for the next hundred requests. Before that, the prefill rate
 // the predictor publishes (1000 / θ₁, for the prefill and token-load
 // scorers, which divide by it at face value) is blended with the pool's in
-// proportion to the sample confidence, because the first few observations
-// cannot separate θ₁ from the constant and the queued-work coefficient.
+// proportion to the sample confidence, a negative θ₁ counting as zero,
+// because the first few observations cannot separate θ₁ from the constant
+// and the queued-work coefficient.
 //
 // # Cold start and confidence
 //
