@@ -32,11 +32,15 @@
 // Proxy is an http.Handler. It streams SSE responses with a flush per event
 // and measures the time to the first response body byte (TTFT), which it
 // reports with the response's token usage through the picker's Done,
-// exactly once per pick, on every path. On a connect error or a 5xx status
-// before any byte reached the client it retries on the pick's fallbacks
-// (bounded by Config.MaxRetries), reporting each failed endpoint, and when
-// every endpoint tried failed to connect it asks the picker once more (not
-// when MaxRetries is negative). A stream
+// exactly once per pick, on every path. On a connect error, a malformed
+// response head (ErrUpstreamProtocol) or a 5xx status before any byte
+// reached the client it retries on the pick's fallbacks (bounded by
+// Config.MaxRetries), reporting each failed endpoint, and when every
+// endpoint tried failed to connect it asks the picker once more (not when
+// MaxRetries is negative). A connect error marks the endpoint down at
+// once; malformed responses do only when they come in a row
+// (signals.Endpoint.ReportProtocolError), so that one bad answer does not
+// cost a pod its place and its prefix-cache affinity. A stream
 // that breaks off after it began, or that sends nothing for
 // Config.StreamIdleTimeout when that is set, ends with an SSE error event; any other
 // body that breaks off is answered 502 when none of it was sent and

@@ -16,6 +16,16 @@ var (
 	ErrUpstreamTimeout = errors.New("upstream timeout")
 	// ErrUpstreamStatus: the endpoint answered with a 5xx status.
 	ErrUpstreamStatus = errors.New("upstream error status")
+	// ErrUpstreamProtocol: the endpoint answered with a response head that
+	// is not valid HTTP/1.1 (a malformed status line or header field,
+	// conflicting Content-Length values, an unsupported transfer coding,
+	// headers over the limit). Reported by the built-in client only (a
+	// Config.Transport's errors count as connect errors). Like a 5xx, the
+	// request is retried on a fallback while no byte reached the client,
+	// and the client gets 502 when none is left; the endpoint stays in
+	// rotation until signals.ProtocolErrorThreshold of them come in a row
+	// (signals.Endpoint.ReportProtocolError).
+	ErrUpstreamProtocol = errors.New("upstream protocol error")
 	// ErrStreamBroken: the response broke off after its first byte, or an
 	// SSE stream ended without its terminating "data: [DONE]".
 	ErrStreamBroken = errors.New("upstream stream broken")
@@ -116,6 +126,9 @@ func errorFor(err error, retryAfter time.Duration) *APIError {
 	case errors.Is(err, ErrUpstreamTimeout):
 		return &APIError{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "upstream_timeout",
 			Message: "the model server did not answer in time"}
+	case errors.Is(err, ErrUpstreamProtocol):
+		return &APIError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_protocol_error",
+			Message: "the model server sent a malformed response: " + err.Error()}
 	}
 	return &APIError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
 		Message: "no model server could be reached: " + err.Error()}

@@ -73,8 +73,9 @@ type Config struct {
 	// MaxBodyBytes is the request body limit; a larger body is answered
 	// 413. 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
-	// MaxRetries bounds the fallback endpoints tried after a connect error
-	// or a 5xx status, before any response byte reached the client. 0 means
+	// MaxRetries bounds the fallback endpoints tried after a connect error,
+	// a malformed response (ErrUpstreamProtocol) or a 5xx status, before any
+	// response byte reached the client. 0 means
 	// DefaultMaxRetries; negative means no retry. The picker's Config
 	// Fallbacks bounds it too. When every endpoint tried failed to connect,
 	// the picker is asked once more, now that health reflects the failures,
@@ -615,6 +616,17 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 				done(o)
 				WriteError(w, errorFor(err, 0))
 				return http.StatusGatewayTimeout, 0, false
+			case errors.Is(err, ErrUpstreamProtocol):
+				// It answered, with a head that is not HTTP: not proof
+				// that it is gone (see signals.Endpoint.ReportProtocolError),
+				// and no byte reached the client, so a fallback may serve
+				// the request as after a 5xx.
+				done(o)
+				ep.ReportProtocolError()
+				p.log.LogAttrs(ctx, slog.LevelWarn, "upstream sent a malformed response", slog.String("endpoint", ep.Name),
+					slog.String("address", ep.Address), slog.String("error", err.Error()), slog.Int("attempt", i+1))
+				lastErr, lastConnect = err, false
+				continue
 			}
 			o.ConnectError = true
 			done(o)

@@ -18,6 +18,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inferroute/inferroute/signals"
 )
 
 // edgeChat is a minimal chat completion request for the base model.
@@ -950,4 +952,84 @@ func TestProxyGETWithMalformedBodyTakesFallback(t *testing.T) {
 			e.rec.next(t)
 		})
 	}
+}
+
+// TestProxyMalformedResponse: an endpoint that answers with a head that is
+// not HTTP is retried on the fallback like a 5xx, reported through Done as
+// ErrUpstreamProtocol and not as a connect error, and stays in rotation
+// (with its cache generation) until signals.ProtocolErrorThreshold such
+// answers came in a row. With no fallback the client gets 502 in OpenAI's
+// shape with code upstream_protocol_error.
+func TestProxyMalformedResponse(t *testing.T) {
+	ok := fixture(t, "openai-api/chat-completions.response.json")
+	body := `{"model":"` + baseModel + `","messages":[{"role":"user","content":"hi"}]}`
+	for _, raw := range []string{
+		"SSH-2.0-OpenSSH_9.6\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+		"HTTP/1.1 200 OK\r\nX-" + strings.Repeat("a", maxResponseHeaderBytes) + ": b\r\n\r\n",
+	} {
+		name := strings.NewReplacer("\r", `\r`, "\n", `\n`).Replace(raw[:min(len(raw), 40)])
+		t.Run(name, func(t *testing.T) {
+			garbage := rawOnce(t, func(c net.Conn, _ *bufio.Reader, _ *http.Request) { _, _ = io.WriteString(c, raw) })
+			good, got := backend(t, jsonHandler(200, ok, nil))
+			e := newEnv(t, Config{}, garbage, good)
+			served := func() {
+				t.Helper()
+				select {
+				case <-got:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the fallback got no request")
+				}
+			}
+			gen := e.eps[0].Generation()
+			for i := 1; i < signals.ProtocolErrorThreshold; i++ {
+				r := e.post(t, "/v1/chat/completions", body, nil)
+				b, _ := io.ReadAll(r.Body)
+				_ = r.Body.Close()
+				require.Equal(t, 200, r.StatusCode, "request %d, served by the fallback: %s", i, b)
+				served()
+				o := e.rec.next(t)
+				assert.Equal(t, "ep0", o.ep)
+				assert.ErrorIs(t, o.out.Err, ErrUpstreamProtocol)
+				assert.False(t, o.out.ConnectError, "it answered")
+				require.True(t, e.eps[0].Healthy(), "after %d malformed answers", i)
+				assert.Equal(t, gen, e.eps[0].Generation(), "its cache is not forgotten")
+				e.requireIdle(t)
+			}
+			r := e.post(t, "/v1/chat/completions", body, nil)
+			_ = r.Body.Close()
+			require.Equal(t, 200, r.StatusCode)
+			served()
+			e.rec.next(t)
+			assert.False(t, e.eps[0].Healthy(), "%d in a row mark it down", signals.ProtocolErrorThreshold)
+			assert.True(t, e.eps[1].Healthy())
+			e.requireIdle(t)
+		})
+	}
+	t.Run("no fallback", func(t *testing.T) {
+		garbage := rawOnce(t, func(c net.Conn, _ *bufio.Reader, _ *http.Request) {
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nno colon here\r\n\r\n")
+		})
+		e := newEnv(t, Config{}, garbage)
+		r := e.post(t, "/v1/chat/completions", body, nil)
+		b, err := io.ReadAll(r.Body)
+		require.NoError(t, err)
+		_ = r.Body.Close()
+		assert.Equal(t, http.StatusBadGateway, r.StatusCode)
+		var eb struct {
+			Error struct {
+				Message, Type string
+				Code          *string
+			}
+		}
+		require.NoError(t, json.Unmarshal(b, &eb), "%s", b)
+		require.NotNil(t, eb.Error.Code, "%s", b)
+		assert.Equal(t, "upstream_protocol_error", *eb.Error.Code)
+		assert.Equal(t, "server_error", eb.Error.Type)
+		assert.Contains(t, eb.Error.Message, "malformed response header line")
+		o := e.rec.next(t)
+		assert.ErrorIs(t, o.out.Err, ErrUpstreamProtocol)
+		assert.True(t, e.eps[0].Healthy(), "one bad answer does not take the only endpoint down")
+		e.requireIdle(t)
+	})
 }

@@ -575,7 +575,7 @@ func (pc *h1Conn) readHead(interim bool) (*h1Response, error) {
 			// the head as a whole is limited.
 			raw = append(raw, line...)
 			if len(raw) > maxResponseHeaderBytes {
-				return nil, errors.New("inferroute router: response headers too long")
+				return nil, fmt.Errorf("inferroute router: %w: response headers too long", ErrUpstreamProtocol)
 			}
 			continue
 		}
@@ -590,7 +590,7 @@ func (pc *h1Conn) readHead(interim bool) (*h1Response, error) {
 		}
 		raw = append(raw, line...)
 		if len(raw) > maxResponseHeaderBytes {
-			return nil, errors.New("inferroute router: response headers too long")
+			return nil, fmt.Errorf("inferroute router: %w: response headers too long", ErrUpstreamProtocol)
 		}
 		lines++
 		if isBlankLine(raw[lineStart:]) {
@@ -621,7 +621,7 @@ func parseHead(s string, lines int) (*h1Response, error) {
 	resp := &r.Response
 	proto, rest, ok := cut(status, ' ')
 	if !ok {
-		return nil, fmt.Errorf("inferroute router: malformed status line %q", status)
+		return nil, fmt.Errorf("inferroute router: %w: malformed status line %q", ErrUpstreamProtocol, status)
 	}
 	switch proto {
 	case "HTTP/1.1":
@@ -629,16 +629,16 @@ func parseHead(s string, lines int) (*h1Response, error) {
 	case "HTTP/1.0":
 		resp.ProtoMajor, resp.ProtoMinor = 1, 0
 	default:
-		return nil, fmt.Errorf("inferroute router: unsupported protocol %q", proto)
+		return nil, fmt.Errorf("inferroute router: %w: unsupported protocol %q", ErrUpstreamProtocol, proto)
 	}
 	resp.Proto = proto
 	code, _, _ := cut(rest, ' ')
 	if len(code) != 3 || code[0] < '1' || code[0] > '5' {
-		return nil, fmt.Errorf("inferroute router: malformed status code in %q", status)
+		return nil, fmt.Errorf("inferroute router: %w: malformed status code in %q", ErrUpstreamProtocol, status)
 	}
 	n, err := strconv.Atoi(code)
 	if err != nil {
-		return nil, fmt.Errorf("inferroute router: malformed status code in %q", status)
+		return nil, fmt.Errorf("inferroute router: %w: malformed status code in %q", ErrUpstreamProtocol, status)
 	}
 	resp.StatusCode = n
 	resp.Status = rest
@@ -657,7 +657,7 @@ func parseHead(s string, lines int) (*h1Response, error) {
 		if line[0] == ' ' || line[0] == '\t' {
 			// obs-fold: replaced by a space (RFC 9112 section 5.2).
 			if last == "" {
-				return nil, errors.New("inferroute router: malformed response header continuation")
+				return nil, fmt.Errorf("inferroute router: %w: malformed response header continuation", ErrUpstreamProtocol)
 			}
 			vs := h[last]
 			if prev := vs[len(vs)-1]; prev == "" {
@@ -669,7 +669,7 @@ func parseHead(s string, lines int) (*h1Response, error) {
 		}
 		k, v, ok := cut(line, ':')
 		if !ok || !validFieldName(k) {
-			return nil, fmt.Errorf("inferroute router: malformed response header line %q", line)
+			return nil, fmt.Errorf("inferroute router: %w: malformed response header line %q", ErrUpstreamProtocol, line)
 		}
 		k = canonicalKey(k)
 		v = trimOWS(v)
@@ -866,7 +866,7 @@ func (pc *h1Conn) frame(r *h1Response, req *h1Request) error {
 		// field that names it being hop-by-hop. Refused, as net/http's
 		// client refuses it.
 		if len(te) != 1 || !equalFold(trimOWS(te[0]), "chunked") {
-			return fmt.Errorf("inferroute router: unsupported transfer coding %q", strings.Join(te, ", "))
+			return fmt.Errorf("inferroute router: %w: unsupported transfer coding %q", ErrUpstreamProtocol, strings.Join(te, ", "))
 		}
 		resp.TransferEncoding = []string{"chunked"}
 		body.mode = bodyChunked
@@ -876,11 +876,11 @@ func (pc *h1Conn) frame(r *h1Response, req *h1Request) error {
 	if cl := h["Content-Length"]; len(cl) > 0 {
 		n, ok := parseLength(cl[0])
 		if !ok {
-			return fmt.Errorf("inferroute router: malformed Content-Length %q", cl[0])
+			return fmt.Errorf("inferroute router: %w: malformed Content-Length %q", ErrUpstreamProtocol, cl[0])
 		}
 		for _, v := range cl[1:] {
 			if v != cl[0] {
-				return errors.New("inferroute router: conflicting Content-Length values")
+				return fmt.Errorf("inferroute router: %w: conflicting Content-Length values", ErrUpstreamProtocol)
 			}
 		}
 		resp.ContentLength = n

@@ -261,6 +261,11 @@ func TestH1ClientMalformedResponses(t *testing.T) {
 			_, err := newH1Client().do(context.Background(), postTo(s.addr(), "{}"))
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.err)
+			if tt.name == "cut in the headers" {
+				assert.NotErrorIs(t, err, ErrUpstreamProtocol, "a pod that dies mid-answer is not sending garbage")
+			} else {
+				assert.ErrorIs(t, err, ErrUpstreamProtocol)
+			}
 		})
 	}
 }

@@ -58,7 +58,8 @@ type Endpoint struct {
 	generation     atomic.Uint64
 	health         atomic.Uint64 // downs<<1 | 1 while healthy; see HealthMark
 	scrapeFailures atomic.Int32
-	_              [20]byte
+	protocolErrors atomic.Int32 // consecutive, up to ProtocolErrorThreshold; see ReportProtocolError
+	_              [16]byte
 
 	// inFlight and inFlightTokens equal dispatched − completed and
 	// dispatchedTokens − completedTokens: Dispatch and Complete change
@@ -571,9 +572,41 @@ func (ep *Endpoint) ReportScrape(mark uint64, err error, threshold int) {
 // sent after it brings the endpoint back.
 func (ep *Endpoint) ReportConnectError() { ep.MarkDown() }
 
+// ProtocolErrorThreshold is how many malformed responses in a row
+// (ReportProtocolError) mark an endpoint down.
+const ProtocolErrorThreshold = 3
+
+// ReportProtocolError records that the endpoint answered a request with a
+// response that is not valid HTTP (a malformed status line or header,
+// conflicting Content-Length values, headers over the limit). A pod that
+// answers is not proven gone, as one that refuses a connection is, and
+// marking it down would also start a new generation and forget its cache:
+// one bad answer leaves it in rotation. After ProtocolErrorThreshold of
+// them with no successful request in between (ReportSuccess resets the
+// count; a successful scrape does not, as a pod can serve /metrics while
+// its API answers garbage, or an address can name the wrong service) it
+// is marked down, and while the count stands every further one marks it
+// down again at once, so a persistently broken pod gets one request per
+// scrape that brings it back.
+func (ep *Endpoint) ReportProtocolError() {
+	n := ep.protocolErrors.Load()
+	if n < ProtocolErrorThreshold {
+		n = ep.protocolErrors.Add(1)
+	}
+	if n >= ProtocolErrorThreshold {
+		ep.MarkDown()
+	}
+}
+
 // ReportSuccess marks the endpoint healthy after it served a request sent
-// when HealthMark returned mark, unless it was marked down after that.
-func (ep *Endpoint) ReportSuccess(mark uint64) { ep.markUp(mark) }
+// when HealthMark returned mark, unless it was marked down after that. It
+// resets the count of ReportProtocolError.
+func (ep *Endpoint) ReportSuccess(mark uint64) {
+	if ep.protocolErrors.Load() != 0 {
+		ep.protocolErrors.Store(0)
+	}
+	ep.markUp(mark)
+}
 
 // MarkDown marks the endpoint unhealthy and advances its HealthMark. A
 // transition from healthy starts a new generation: whatever was cached

@@ -386,3 +386,35 @@ func TestRequestsCorrectsTheSumOnce(t *testing.T) {
 	unscraped.Dispatch(0)
 	assert.Equal(t, 1.0, unscraped.Requests(t0, hl), "before any scrape: the local count")
 }
+
+// TestProtocolErrorsMarkDownInARow: a malformed response leaves the
+// endpoint up and its cache generation alone, ProtocolErrorThreshold of
+// them in a row mark it down, a successful request resets the count, and
+// a successful scrape brings the endpoint back without resetting it, so
+// the next malformed response marks it down again at once.
+func TestProtocolErrorsMarkDownInARow(t *testing.T) {
+	ep := signals.NewEndpoint(signals.EndpointSpec{Name: "e"})
+	g := ep.Generation()
+	for i := 1; i < signals.ProtocolErrorThreshold; i++ {
+		ep.ReportProtocolError()
+		require.True(t, ep.Healthy(), "after %d malformed responses", i)
+	}
+	assert.Equal(t, g, ep.Generation(), "the cache is not forgotten for a bad answer")
+	ep.ReportSuccess(ep.HealthMark())
+	for i := 1; i < signals.ProtocolErrorThreshold; i++ {
+		ep.ReportProtocolError()
+		require.True(t, ep.Healthy(), "a success reset the count; %d since", i)
+	}
+	ep.ReportProtocolError()
+	require.False(t, ep.Healthy(), "%d in a row mark it down", signals.ProtocolErrorThreshold)
+	assert.Equal(t, g+1, ep.Generation())
+
+	ep.ReportScrape(ep.HealthMark(), nil, 3)
+	require.True(t, ep.Healthy(), "a scrape brings it back")
+	ep.ReportProtocolError()
+	assert.False(t, ep.Healthy(), "but does not reset the count")
+	ep.ReportScrape(ep.HealthMark(), nil, 3)
+	ep.ReportSuccess(ep.HealthMark())
+	ep.ReportProtocolError()
+	assert.True(t, ep.Healthy(), "a served request does")
+}
