@@ -279,6 +279,10 @@ func parseRequest(path string, header http.Header, body []byte, opts ParseOption
 		end, err = prefix.Fields(body, field)
 	}
 	if err != nil {
+		var se *prefix.SyntaxError
+		if errors.As(err, &se) {
+			return p, &syntaxError{se}
+		}
 		return p, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	if end = skipBlanks(body, end); end != len(body) {
@@ -329,6 +333,18 @@ func (p *Parsed) headers(h http.Header, opts ParseOptions) error {
 	p.SLO = slo
 	return nil
 }
+
+// syntaxError is a body that is not JSON, as a client reads it: the
+// message gives the byte offset without the name of the package that found
+// it ("malformed request: malformed JSON at byte 9"), and errors.Is finds
+// ErrMalformed and prefix.ErrBadBody.
+type syntaxError struct{ err *prefix.SyntaxError }
+
+func (e *syntaxError) Error() string {
+	return fmt.Sprintf("%v: %v at byte %d", ErrMalformed, errSyntax, e.err.Offset)
+}
+
+func (e *syntaxError) Unwrap() []error { return []error{ErrMalformed, errSyntax, e.err} }
 
 // fieldError is a body field of the wrong type.
 type fieldError struct{ field, want string }

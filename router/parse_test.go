@@ -1,6 +1,7 @@
 package router
 
 import (
+	"fmt"
 	"io/fs"
 	"net/http"
 	"os"
@@ -200,6 +201,40 @@ func TestParseRequestErrors(t *testing.T) {
 				require.ErrorIs(t, err, ErrMalformed)
 				assert.Equal(t, tc.param, param(err))
 				assert.Equal(t, 400, errorFor(err, 0).Status)
+			})
+		}
+	}
+}
+
+// TestParseSyntaxErrorMessage checks what a client reads for a body that
+// is not JSON: the byte where reading stopped (the end of a body truncated
+// between values, the opening quote of an unterminated string, or the
+// first byte that cannot continue it), under ErrMalformed and
+// prefix.ErrBadBody, without the name of the package that found it.
+func TestParseSyntaxErrorMessage(t *testing.T) {
+	valid := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	tests := []struct {
+		name string
+		body string
+		at   int
+	}{
+		{"truncated in an array", valid[:len(`{"model":"m","messages":[`)], len(`{"model":"m","messages":[`)},
+		{"truncated in a string", valid[:len(`{"model":"m","messages":[{"role":"us`)], len(`{"model":"m","messages":[{"role":`)},
+		{"a stray byte", `{"model":"m",@"messages":[]}`, strings.IndexByte(`{"model":"m",@"messages":[]}`, '@')},
+		{"a stray byte in a message", `{"messages":[{"role":"user"#}]}`, strings.IndexByte(`{"messages":[{"role":"user"#}]}`, '#')},
+	}
+	for _, ps := range parsers {
+		for _, tc := range tests {
+			t.Run(ps.name+"/"+tc.name, func(t *testing.T) {
+				_, err := ps.parse("/v1/chat/completions", nil, []byte(tc.body), ParseOptions{})
+				require.ErrorIs(t, err, ErrMalformed)
+				require.ErrorIs(t, err, prefix.ErrBadBody)
+				var se *prefix.SyntaxError
+				require.ErrorAs(t, err, &se)
+				assert.Equal(t, tc.at, se.Offset, "offset in %q", tc.body)
+				e := errorFor(err, 0)
+				assert.Equal(t, 400, e.Status)
+				assert.Equal(t, fmt.Sprintf("malformed request: malformed JSON at byte %d", tc.at), e.Message)
 			})
 		}
 	}

@@ -589,6 +589,7 @@ func TestProxyErrors(t *testing.T) {
 		require.NoError(t, err)
 		return p
 	}
+	truncated := `{"model":"` + baseModel + `","messages":[`
 	tests := []struct {
 		name   string
 		proxy  func(t *testing.T) *Proxy
@@ -597,7 +598,7 @@ func TestProxyErrors(t *testing.T) {
 		code   string
 		param  any
 	}{
-		{"malformed JSON", nil, `{"model":"` + baseModel + `","messages":[`, 400, "invalid_request", nil},
+		{"malformed JSON", nil, truncated, 400, "invalid_request", nil},
 		{"model of the wrong type", nil, `{"model":7}`, 400, "invalid_request", "model"},
 		{"unknown model", nil, `{"model":"gpt-9"}`, 404, "model_not_found", "model"},
 		{"body over the limit", func(t *testing.T) *Proxy { return newEnv(t, Config{MaxBodyBytes: 64}, ok).proxy },
@@ -622,6 +623,11 @@ func TestProxyErrors(t *testing.T) {
 			defer r.Body.Close()
 			e := requireAPIError(t, r, tc.status, tc.code)
 			assert.Equal(t, tc.param, e["param"])
+			if tc.body == truncated {
+				// Reading stopped at the end of the body, between values;
+				// the client is told where, not which package noticed.
+				assert.Equal(t, fmt.Sprintf("malformed request: malformed JSON at byte %d", len(truncated)), e["message"])
+			}
 			if tc.status == 429 {
 				assert.Equal(t, "2", r.Header.Get("Retry-After"), "1.5 s rounds up")
 			}

@@ -14,10 +14,25 @@ import (
 // estimates the prompt's tokens whatever its form.
 const BytesPerToken = 4
 
-// ErrBadBody is returned, wrapped with the byte offset, by HashBody and
-// Prompt.Read when the request body is not well-formed JSON or its prompt
-// fields have the wrong shape.
+// ErrBadBody is returned, wrapped in a *SyntaxError with the byte offset,
+// by HashBody, Fields and Prompt.Read when the request body is not
+// well-formed JSON or its prompt fields have the wrong shape.
 var ErrBadBody = errors.New("prefix: malformed request body")
+
+// SyntaxError is the error HashBody, Fields and Prompt.Read return for a
+// malformed body: Offset is the byte of the body at which reading stopped.
+// It wraps ErrBadBody, so errors.Is(err, ErrBadBody) holds for it; callers
+// that show the error to a client can take the offset from it instead of
+// this package's message.
+type SyntaxError struct {
+	Offset int
+}
+
+// Error returns ErrBadBody's message with the offset.
+func (e *SyntaxError) Error() string { return fmt.Sprintf("%v at byte %d", ErrBadBody, e.Offset) }
+
+// Unwrap returns ErrBadBody.
+func (e *SyntaxError) Unwrap() error { return ErrBadBody }
 
 // maxDepth bounds JSON nesting so that a hostile body cannot exhaust the
 // stack.
@@ -966,7 +981,7 @@ func hex4(p []byte) (rune, bool) {
 }
 
 func failAt(i int) error {
-	return fmt.Errorf("%w at byte %d", ErrBadBody, i)
+	return &SyntaxError{Offset: i}
 }
 
 // scan is a minimal JSON scanner over a byte slice: it finds value

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -258,6 +259,32 @@ func TestPromptReadThenHash(t *testing.T) {
 	want, _, _ = h.HashBody(nil, "m", "", ids)
 	assert.Len(t, want, 1)
 	assert.Equal(t, want, pr.Hash(nil, "m", ""))
+}
+
+// TestSyntaxErrorOffset checks the error every reader of this package
+// returns for a malformed body: a *SyntaxError whose Offset is the byte
+// reading stopped at, and which errors.Is matches to ErrBadBody.
+func TestSyntaxErrorOffset(t *testing.T) {
+	body := []byte(`{"model":"m","messages":[{"role":"user",?"content":"hi"}]}`)
+	at := bytes.IndexByte(body, '?')
+	h := NewHasher(HashConfig{BlockBytes: 16})
+	var pr Prompt
+	read := map[string]func() error{
+		"HashBody": func() error { _, _, err := h.HashBody(nil, "m", "", body); return err },
+		"Fields": func() error {
+			_, err := Fields(body, func([]byte, int, int) error { return nil })
+			return err
+		},
+		"Prompt.Read": func() error { _, err := pr.Read(body, nil); return err },
+	}
+	for name, f := range read {
+		err := f()
+		require.ErrorIs(t, err, ErrBadBody, name)
+		var se *SyntaxError
+		require.ErrorAs(t, err, &se, name)
+		assert.Equal(t, at, se.Offset, name)
+		assert.Equal(t, fmt.Sprintf("prefix: malformed request body at byte %d", at), err.Error(), name)
+	}
 }
 
 func TestPromptTokenIDsCapped(t *testing.T) {
