@@ -75,7 +75,10 @@
 // ready (picker.ErrNoEndpoints, or every endpoint tried was marked down
 // before the request arrived and failed to connect again), 504 when the
 // upstream does not answer within Config.UpstreamTimeout, 502 when no
-// endpoint can be reached although some was up.
+// endpoint can be reached although some was up. A malformed body's message
+// gives the byte where reading stopped. The messages of upstream failures
+// say what happened, never which address: a network error's addresses
+// are left out, and the gateway's log has them.
 //
 // # Middleware
 //

@@ -2,8 +2,10 @@ package router
 
 import (
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/inferroute/inferroute/picker"
@@ -98,11 +100,29 @@ func WriteError(w http.ResponseWriter, e *APIError) {
 	_, _ = w.Write(append(e.AppendJSON(make([]byte, 0, 160+len(e.Message))), '\n'))
 }
 
+// withoutAddresses returns err's message for a client: a network error's
+// local and remote addresses (those of a *net.OpError in err's chain) are
+// left out, since they are the fleet's, and what happened is kept
+// ("read: connection reset by peer").
+func withoutAddresses(err error) string {
+	msg := err.Error()
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		what := op.Err.Error() // "read: connection reset by peer", "i/o timeout"
+		if !strings.HasPrefix(what, op.Op+":") {
+			what = op.Op + ": " + what
+		}
+		msg = strings.Replace(msg, op.Error(), what, 1)
+	}
+	return msg
+}
+
 // errorFor maps the errors of the request path to OpenAI-shaped errors:
 // malformed bodies and headers 400, unknown model 404, body over the limit
 // 413, shedding (picker.ErrSaturated) 429 with Retry-After, no endpoint
-// (picker.ErrNoEndpoints) 503, upstream timeout 504, unreachable upstream
-// 502.
+// (picker.ErrNoEndpoints) 503, upstream timeout 504, a malformed or
+// unreachable upstream 502. The messages of upstream failures say what
+// happened, not where: no model server's address reaches the client.
 func errorFor(err error, retryAfter time.Duration) *APIError {
 	var ae *APIError
 	switch {
@@ -128,8 +148,11 @@ func errorFor(err error, retryAfter time.Duration) *APIError {
 			Message: "the model server did not answer in time"}
 	case errors.Is(err, ErrUpstreamProtocol):
 		return &APIError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_protocol_error",
-			Message: "the model server sent a malformed response: " + err.Error()}
+			Message: "the model server sent a malformed response: " + withoutAddresses(err)}
 	}
+	// The cause names a model server's address (a dial error, a status
+	// from an address): the gateway logs it; the client is not told the
+	// fleet's addresses.
 	return &APIError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
-		Message: "no model server could be reached: " + err.Error()}
+		Message: "no model server could be reached"}
 }

@@ -2,11 +2,14 @@ package router
 
 import (
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -431,6 +434,31 @@ func TestRewriteModelField(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, string(rewriteModelField([]byte(tc.in), "alias")))
 		})
+	}
+}
+
+// TestUpstreamErrorsHideAddresses checks the messages clients read for
+// upstream failures: a network error keeps what happened and loses the
+// fleet's addresses.
+func TestUpstreamErrorsHideAddresses(t *testing.T) {
+	pod := &net.TCPAddr{IP: net.ParseIP("10.1.2.3"), Port: 8000}
+	self := &net.TCPAddr{IP: net.ParseIP("10.9.9.9"), Port: 41234}
+	reset := &net.OpError{Op: "read", Net: "tcp", Source: self, Addr: pod, Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	refused := &net.OpError{Op: "dial", Net: "tcp", Addr: pod, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	timeout := &net.OpError{Op: "read", Net: "tcp", Source: self, Addr: pod, Err: os.ErrDeadlineExceeded}
+	require.Contains(t, reset.Error(), "10.1.2.3", "the raw error names the pod")
+
+	assert.Equal(t, "inferroute router: upstream stream broken: read: connection reset by peer",
+		withoutAddresses(fmt.Errorf("inferroute router: %w: %w", ErrStreamBroken, reset)))
+	assert.Equal(t, "read: i/o timeout", withoutAddresses(timeout))
+	assert.Equal(t, "dial: connect: connection refused", withoutAddresses(refused))
+	assert.Equal(t, "unexpected EOF", withoutAddresses(io.ErrUnexpectedEOF), "no network error: unchanged")
+
+	for _, err := range []error{refused, fmt.Errorf("%w: 503 from %s", ErrUpstreamStatus, pod),
+		fmt.Errorf("%w: reading the head: %w", ErrUpstreamProtocol, reset)} {
+		ae := errorFor(err, 0)
+		assert.Equal(t, 502, ae.Status, err)
+		assert.NotContains(t, ae.Message, "10.1.2.3", err)
 	}
 }
 

@@ -652,8 +652,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 		return p.respond(w, r, c, resp, t0, done, first)
 	}
 	if lastConnect && !ready {
-		lastErr = fmt.Errorf("%w: every endpoint tried was down before the request and failed to connect: %w",
-			picker.ErrNoEndpoints, lastErr)
+		// Without the dial error: it names an address, and the attempts
+		// are logged above with theirs.
+		lastErr = fmt.Errorf("%w: every endpoint tried was down before the request and failed to connect",
+			picker.ErrNoEndpoints)
 	}
 	ae := errorFor(lastErr, 0)
 	WriteError(w, ae)
@@ -959,7 +961,7 @@ func (p *Proxy) brokenBefore(w http.ResponseWriter, r *http.Request, rerr error)
 		return 499, rerr
 	}
 	WriteError(w, &APIError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_stream_error",
-		Message: "the model server's response broke off: " + rerr.Error()})
+		Message: "the model server's response broke off: " + withoutAddresses(rerr)})
 	return http.StatusBadGateway, fmt.Errorf("%w: %w", ErrStreamBroken, rerr)
 }
 
@@ -1128,7 +1130,7 @@ func (p *Proxy) streamSSE(w http.ResponseWriter, r *http.Request, c *call, fb *f
 // streamError ends an SSE stream with an error event and returns err.
 func (p *Proxy) streamError(w http.ResponseWriter, rc *http.ResponseController, err error) error {
 	ae := &APIError{Type: "server_error", Code: "upstream_stream_error",
-		Message: "the model server's stream broke off: " + err.Error()}
+		Message: "the model server's stream broke off: " + withoutAddresses(err)}
 	b := append(ae.AppendJSON([]byte("data: ")), "\n\n"...)
 	_, _ = w.Write(b)
 	_ = rc.Flush()

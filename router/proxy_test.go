@@ -458,18 +458,27 @@ func TestProxyRetries(t *testing.T) {
 		e.requireIdle(t)
 	})
 	t.Run("every endpoint down before the request and unreachable: 503", func(t *testing.T) {
-		e := newEnv(t, Config{}, deadAddr(t), deadAddr(t))
+		dead := []string{deadAddr(t), deadAddr(t)}
+		e := newEnv(t, Config{}, dead...)
 		for _, ep := range e.eps {
 			ep.MarkDown()
 		}
 		r := e.post(t, "/v1/chat/completions", body, nil)
-		requireAPIError(t, r, 503, "no_endpoint_available")
+		ae := requireAPIError(t, r, 503, "no_endpoint_available")
+		for _, a := range dead {
+			assert.NotContains(t, ae["message"], a, "the client is not told the fleet's addresses")
+		}
 		e.requireIdle(t)
 	})
 	t.Run("every endpoint unreachable", func(t *testing.T) {
-		e := newEnv(t, Config{}, deadAddr(t), deadAddr(t), deadAddr(t))
+		dead := []string{deadAddr(t), deadAddr(t), deadAddr(t)}
+		e := newEnv(t, Config{}, dead...)
 		r := e.post(t, "/v1/chat/completions", body, nil)
-		requireAPIError(t, r, 502, "upstream_unreachable")
+		ae := requireAPIError(t, r, 502, "upstream_unreachable")
+		assert.Equal(t, "no model server could be reached", ae["message"])
+		for _, a := range dead {
+			assert.NotContains(t, ae["message"], a, "the client is not told the fleet's addresses")
+		}
 		e.requireIdle(t)
 		for _, ep := range e.eps {
 			assert.False(t, ep.Healthy(), ep.Name)
