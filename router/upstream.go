@@ -570,16 +570,7 @@ func (pc *h1Conn) readHead(interim bool) (*h1Response, error) {
 	lineStart := 0 // offset in raw of the line being read
 	for {
 		line, err := pc.br.ReadSlice('\n')
-		if err == bufio.ErrBufferFull {
-			// A line longer than the read buffer: kept and read on. Only
-			// the head as a whole is limited.
-			raw = append(raw, line...)
-			if len(raw) > maxResponseHeaderBytes {
-				return nil, fmt.Errorf("inferroute router: %w: response headers too long", ErrUpstreamProtocol)
-			}
-			continue
-		}
-		if err != nil {
+		if err != nil && err != bufio.ErrBufferFull {
 			if !interim && len(raw) == 0 && len(line) == 0 {
 				return nil, fmt.Errorf("%w: %w", errNoResponse, err)
 			}
@@ -590,7 +581,12 @@ func (pc *h1Conn) readHead(interim bool) (*h1Response, error) {
 		}
 		raw = append(raw, line...)
 		if len(raw) > maxResponseHeaderBytes {
-			return nil, fmt.Errorf("inferroute router: %w: response headers too long", ErrUpstreamProtocol)
+			return nil, protocolErrorf("response headers too long")
+		}
+		if err == bufio.ErrBufferFull {
+			// A line longer than the read buffer: kept and read on. Only
+			// the head as a whole is limited.
+			continue
 		}
 		lines++
 		if isBlankLine(raw[lineStart:]) {
@@ -603,6 +599,12 @@ func (pc *h1Conn) readHead(interim bool) (*h1Response, error) {
 	}
 	// One string for the whole head: keys and values are substrings of it.
 	return parseHead(string(raw), lines)
+}
+
+// protocolErrorf returns an error wrapping ErrUpstreamProtocol: the
+// response head at hand is not HTTP/1.1 the client can read.
+func protocolErrorf(format string, a ...any) error {
+	return fmt.Errorf("inferroute router: %w: "+format, append([]any{ErrUpstreamProtocol}, a...)...)
 }
 
 // isBlankLine reports whether line, ending in LF, is the empty line that
@@ -621,7 +623,7 @@ func parseHead(s string, lines int) (*h1Response, error) {
 	resp := &r.Response
 	proto, rest, ok := cut(status, ' ')
 	if !ok {
-		return nil, fmt.Errorf("inferroute router: %w: malformed status line %q", ErrUpstreamProtocol, status)
+		return nil, protocolErrorf("malformed status line %q", status)
 	}
 	switch proto {
 	case "HTTP/1.1":
@@ -629,16 +631,13 @@ func parseHead(s string, lines int) (*h1Response, error) {
 	case "HTTP/1.0":
 		resp.ProtoMajor, resp.ProtoMinor = 1, 0
 	default:
-		return nil, fmt.Errorf("inferroute router: %w: unsupported protocol %q", ErrUpstreamProtocol, proto)
+		return nil, protocolErrorf("unsupported protocol %q", proto)
 	}
 	resp.Proto = proto
 	code, _, _ := cut(rest, ' ')
-	if len(code) != 3 || code[0] < '1' || code[0] > '5' {
-		return nil, fmt.Errorf("inferroute router: %w: malformed status code in %q", ErrUpstreamProtocol, status)
-	}
 	n, err := strconv.Atoi(code)
-	if err != nil {
-		return nil, fmt.Errorf("inferroute router: %w: malformed status code in %q", ErrUpstreamProtocol, status)
+	if len(code) != 3 || code[0] < '1' || code[0] > '5' || err != nil {
+		return nil, protocolErrorf("malformed status code in %q", status)
 	}
 	resp.StatusCode = n
 	resp.Status = rest
@@ -657,7 +656,7 @@ func parseHead(s string, lines int) (*h1Response, error) {
 		if line[0] == ' ' || line[0] == '\t' {
 			// obs-fold: replaced by a space (RFC 9112 section 5.2).
 			if last == "" {
-				return nil, fmt.Errorf("inferroute router: %w: malformed response header continuation", ErrUpstreamProtocol)
+				return nil, protocolErrorf("malformed response header continuation")
 			}
 			vs := h[last]
 			if prev := vs[len(vs)-1]; prev == "" {
@@ -669,7 +668,7 @@ func parseHead(s string, lines int) (*h1Response, error) {
 		}
 		k, v, ok := cut(line, ':')
 		if !ok || !validFieldName(k) {
-			return nil, fmt.Errorf("inferroute router: %w: malformed response header line %q", ErrUpstreamProtocol, line)
+			return nil, protocolErrorf("malformed response header line %q", line)
 		}
 		k = canonicalKey(k)
 		v = trimOWS(v)
@@ -866,7 +865,7 @@ func (pc *h1Conn) frame(r *h1Response, req *h1Request) error {
 		// field that names it being hop-by-hop. Refused, as net/http's
 		// client refuses it.
 		if len(te) != 1 || !equalFold(trimOWS(te[0]), "chunked") {
-			return fmt.Errorf("inferroute router: %w: unsupported transfer coding %q", ErrUpstreamProtocol, strings.Join(te, ", "))
+			return protocolErrorf("unsupported transfer coding %q", strings.Join(te, ", "))
 		}
 		resp.TransferEncoding = []string{"chunked"}
 		body.mode = bodyChunked
@@ -876,11 +875,11 @@ func (pc *h1Conn) frame(r *h1Response, req *h1Request) error {
 	if cl := h["Content-Length"]; len(cl) > 0 {
 		n, ok := parseLength(cl[0])
 		if !ok {
-			return fmt.Errorf("inferroute router: %w: malformed Content-Length %q", ErrUpstreamProtocol, cl[0])
+			return protocolErrorf("malformed Content-Length %q", cl[0])
 		}
 		for _, v := range cl[1:] {
 			if v != cl[0] {
-				return fmt.Errorf("inferroute router: %w: conflicting Content-Length values", ErrUpstreamProtocol)
+				return protocolErrorf("conflicting Content-Length values")
 			}
 		}
 		resp.ContentLength = n
