@@ -406,6 +406,51 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	assert.True(t, ok, "the picker's metrics")
 }
 
+// TestPrefixIndexMetricsPerPool: each pool's prefix index exports its own
+// series, labelled by pool. Before they were labelled, every index
+// observed the same unlabelled gauges and /metrics showed whichever was
+// observed last: with one busy pool and one idle, an empty index.
+func TestPrefixIndexMetricsPerPool(t *testing.T) {
+	one, two := newPod(t, nil), newPod(t, nil)
+	url, _ := startGateway(t, `
+listen: 127.0.0.1:0
+scrape: {interval: 50ms}
+pools:
+  - name: one
+    models: [`+base+`]
+    endpoints:
+      - {name: pod-one, address: `+one.addr()+`}
+  - name: two
+    models: [other-model]
+    endpoints:
+      - {name: pod-two, address: `+two.addr()+`}
+`)
+	prompt := strings.Repeat("You are a careful assistant. ", 80) // about 580 tokens
+	for range 3 {
+		r, err := http.Post(url+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"`+base+`","messages":[{"role":"user","content":"`+prompt+`"}]}`))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, r.Body)
+		_ = r.Body.Close()
+		require.Equal(t, 200, r.StatusCode)
+	}
+	m := scrapeGateway(t, url)
+	for _, name := range []string{"inferroute_prefix_index_entries", "inferroute_prefix_index_blocks",
+		"inferroute_prefix_index_endpoints", "inferroute_prefix_index_memory_bytes"} {
+		busy, ok := sum(m, name, `pool="one"`)
+		require.True(t, ok, "%s{pool=\"one\"}", name)
+		assert.Positive(t, busy, "%s of the pool that took the requests", name)
+		_, ok = sum(m, name, `pool="two"`)
+		require.True(t, ok, "%s{pool=\"two\"}", name)
+	}
+	for _, name := range []string{"inferroute_prefix_index_entries", "inferroute_prefix_index_blocks", "inferroute_prefix_index_endpoints"} {
+		idle, _ := sum(m, name, `pool="two"`)
+		assert.Zero(t, idle, "%s of the idle pool", name)
+	}
+	eps, _ := sum(m, "inferroute_prefix_index_endpoints", `pool="one"`)
+	assert.Equal(t, 1.0, eps, "pool one's index tracks its one endpoint")
+}
+
 // ---------------------------------------------------------------------------
 // The binary: SIGTERM, JSON logs
 // ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/exemplar"
@@ -73,7 +74,12 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 	hasher := prefix.NewHasher(prefix.HashConfig{})
 	tc := router.TableConfig{Default: cfg.DefaultPool, Fallback: cfg.FallbackPool, Created: time.Now()}
 	for _, pc := range cfg.Pools {
-		ix, err := prefix.NewIndex(prefix.IndexConfig{TokensPerBlock: hasher.Config().TokenBlock, Meter: meter})
+		ix, err := prefix.NewIndex(prefix.IndexConfig{
+			TokensPerBlock: hasher.Config().TokenBlock, Meter: meter,
+			// Each pool's index its own series: a gauge keeps one value
+			// per attribute set.
+			Attributes: []attribute.KeyValue{attribute.String("pool", pc.Name)},
+		})
 		if err != nil {
 			return nil, err
 		}

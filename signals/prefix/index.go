@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/inferroute/inferroute/signals"
@@ -42,6 +44,12 @@ type IndexConfig struct {
 	// Meter, if non-nil, receives the index's gauges (memory in bytes,
 	// entries, distinct blocks, endpoints). Nil means no metrics.
 	Meter metric.Meter `json:"-" yaml:"-"`
+	// Attributes label every observation of the gauges. Indexes that
+	// share a meter provider (one per pool in a gateway) must differ in
+	// them, for example by attribute.String("pool", name): a gauge keeps
+	// one value per attribute set, so indexes observed with the same set
+	// overwrite one another and only the last one observed is exported.
+	Attributes []attribute.KeyValue `json:"-" yaml:"-"`
 }
 
 func (c IndexConfig) withDefaults() IndexConfig {
@@ -202,12 +210,13 @@ func (ix *Index) registerMetrics(m metric.Meter) error {
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return err
 	}
+	attrs := metric.WithAttributeSet(attribute.NewSet(slices.Clone(ix.cfg.Attributes)...))
 	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := ix.Stats()
-		o.ObserveInt64(mem, s.Bytes)
-		o.ObserveInt64(ent, int64(s.Entries))
-		o.ObserveInt64(blk, int64(s.Blocks))
-		o.ObserveInt64(eps, int64(s.Endpoints))
+		o.ObserveInt64(mem, s.Bytes, attrs)
+		o.ObserveInt64(ent, int64(s.Entries), attrs)
+		o.ObserveInt64(blk, int64(s.Blocks), attrs)
+		o.ObserveInt64(eps, int64(s.Endpoints), attrs)
 		return nil
 	}, mem, ent, blk, eps)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -369,6 +370,47 @@ func TestIndexGauges(t *testing.T) {
 	assert.GreaterOrEqual(t, mem, lo)
 	assert.LessOrEqual(t, mem, lo+9*16*16)
 	require.NoError(t, ix.Close())
+}
+
+// TestIndexGaugesPerPool: indexes sharing a meter provider, labelled by
+// IndexConfig.Attributes, export one series each with that index's own
+// figures; a gauge keeps one value per attribute set, so without the
+// labels the idle index, observed last, hid the busy one's.
+func TestIndexGaugesPerPool(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	busy := newIndex(t, IndexConfig{Stride: 1, Meter: mp.Meter("test"), Attributes: []attribute.KeyValue{attribute.String("pool", "busy")}})
+	idle := newIndex(t, IndexConfig{Stride: 1, Meter: mp.Meter("test"), Attributes: []attribute.KeyValue{attribute.String("pool", "idle")}})
+	eps := newEndpoints(2)
+	blocks := chain(nil, 10, 1)
+	busy.Dispatched(&signals.Request{PromptBlocks: blocks}, eps[0])
+	busy.Dispatched(&signals.Request{PromptBlocks: blocks[:4]}, eps[1])
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			g, ok := m.Data.(metricdata.Gauge[int64])
+			require.True(t, ok, m.Name)
+			for _, dp := range g.DataPoints {
+				pool, _ := dp.Attributes.Value("pool")
+				got[m.Name+"{pool="+pool.AsString()+"}"] = dp.Value
+			}
+		}
+	}
+	assert.Equal(t, map[string]int64{
+		"inferroute.prefix.index.memory{pool=busy}":    busy.MemoryBytes(),
+		"inferroute.prefix.index.entries{pool=busy}":   14,
+		"inferroute.prefix.index.blocks{pool=busy}":    10,
+		"inferroute.prefix.index.endpoints{pool=busy}": 2,
+		"inferroute.prefix.index.memory{pool=idle}":    idle.MemoryBytes(),
+		"inferroute.prefix.index.entries{pool=idle}":   0,
+		"inferroute.prefix.index.blocks{pool=idle}":    0,
+		"inferroute.prefix.index.endpoints{pool=idle}": 0,
+	}, got)
+	require.NoError(t, busy.Close())
+	require.NoError(t, idle.Close())
 }
 
 // TestMatchAgainstReference compares Match with a direct computation from
