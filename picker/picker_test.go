@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,10 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/inferroute/inferroute/internal/metrictest"
 	"github.com/inferroute/inferroute/scorer"
 	"github.com/inferroute/inferroute/signals"
 	"github.com/inferroute/inferroute/signals/prefix"
@@ -775,7 +774,7 @@ func TestTracingAndMetrics(t *testing.T) {
 	_, err = p.Pick(context.Background(), nil)
 	require.Error(t, err)
 
-	got := collectMetrics(t, reader)
+	got := metrictest.Collect(t, reader)
 	assert.Equal(t, int64(3), got["inferroute.picks{endpoint=a}"])
 	assert.Equal(t, int64(1), got["inferroute.pick.errors{kind=no_endpoints}"])
 	assert.Equal(t, int64(1), got["inferroute.requests.completed{endpoint=a,result=ok}"])
@@ -810,8 +809,8 @@ func TestCountersSumAcrossPickers(t *testing.T) {
 		"inferroute.requests.completed{endpoint=a,result=error}": 1,
 		"inferroute.pick.duration":                               6,
 	}
-	assert.Equal(t, want, collectMetrics(t, reader))
-	assert.Equal(t, want, collectMetrics(t, reader), "a second collection reports the same totals")
+	assert.Equal(t, want, metrictest.Collect(t, reader))
+	assert.Equal(t, want, metrictest.Collect(t, reader), "a second collection reports the same totals")
 }
 
 // TestPickerNotHeldByMeterProvider: the meter provider outlives a picker
@@ -841,34 +840,6 @@ func TestPickerNotHeldByMeterProvider(t *testing.T) {
 			t.Fatal("the picker is still reachable after 10 s of garbage collections")
 		}
 	}
-}
-
-// collectMetrics collects reader's metrics: each int64 sum's data points by
-// name and attributes ("name{k=v,...}"), each histogram's count by name.
-func collectMetrics(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(context.Background(), &rm))
-	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
-				for _, dp := range sum.DataPoints {
-					var labels []string
-					for _, kv := range dp.Attributes.ToSlice() {
-						labels = append(labels, string(kv.Key)+"="+kv.Value.String())
-					}
-					got[m.Name+"{"+strings.Join(labels, ",")+"}"] += dp.Value
-				}
-			}
-			if h, ok := m.Data.(metricdata.Histogram[float64]); ok {
-				for _, dp := range h.DataPoints {
-					got[m.Name] += int64(dp.Count)
-				}
-			}
-		}
-	}
-	return got
 }
 
 func TestSetEndpointsFreesPrefixStateOfDepartedEndpoints(t *testing.T) {

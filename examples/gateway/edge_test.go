@@ -406,6 +406,17 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	assert.True(t, ok, "the picker's metrics")
 }
 
+// postChat posts body to the gateway's chat completions path, reads the
+// answer to its end and returns its status.
+func postChat(t *testing.T, url, body string) int {
+	t.Helper()
+	r, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, r.Body)
+	_ = r.Body.Close()
+	return r.StatusCode
+}
+
 // TestPrefixIndexMetricsPerPool: each pool's prefix index exports its own
 // series, labelled by pool. Before they were labelled, every index
 // observed the same unlabelled gauges and /metrics showed whichever was
@@ -426,13 +437,9 @@ pools:
       - {name: pod-two, address: `+two.addr()+`}
 `)
 	prompt := strings.Repeat("You are a careful assistant. ", 80) // about 580 tokens
+	body := `{"model":"` + base + `","messages":[{"role":"user","content":"` + prompt + `"}]}`
 	for range 3 {
-		r, err := http.Post(url+"/v1/chat/completions", "application/json",
-			strings.NewReader(`{"model":"`+base+`","messages":[{"role":"user","content":"`+prompt+`"}]}`))
-		require.NoError(t, err)
-		_, _ = io.Copy(io.Discard, r.Body)
-		_ = r.Body.Close()
-		require.Equal(t, 200, r.StatusCode)
+		require.Equal(t, 200, postChat(t, url, body))
 	}
 	m := scrapeGateway(t, url)
 	for _, name := range []string{"inferroute_prefix_index_entries", "inferroute_prefix_index_blocks",

@@ -247,14 +247,9 @@ func TestHealthzAndMetrics(t *testing.T) {
 		return r.StatusCode == 200
 	}, 10*time.Second, 5*time.Millisecond)
 
-	r, err := http.Post(url+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"model":"`+base+`","messages":[{"role":"user","content":"hi"}]}`))
-	require.NoError(t, err)
-	_, _ = io.Copy(io.Discard, r.Body)
-	_ = r.Body.Close()
-	require.Equal(t, 200, r.StatusCode)
+	require.Equal(t, 200, postChat(t, url, `{"model":"`+base+`","messages":[{"role":"user","content":"hi"}]}`))
 
-	r, err = http.Get(url + "/metrics")
+	r, err := http.Get(url + "/metrics")
 	require.NoError(t, err)
 	b, _ := io.ReadAll(r.Body)
 	_ = r.Body.Close()

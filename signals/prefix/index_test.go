@@ -1,7 +1,6 @@
 package prefix
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -14,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/inferroute/inferroute/internal/metrictest"
 	"github.com/inferroute/inferroute/signals"
 )
 
@@ -346,16 +345,7 @@ func TestIndexGauges(t *testing.T) {
 	ix.Dispatched(&signals.Request{PromptBlocks: blocks}, eps[0])
 	ix.Dispatched(&signals.Request{PromptBlocks: blocks[:4]}, eps[1])
 
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(context.Background(), &rm))
-	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			g, ok := m.Data.(metricdata.Gauge[int64])
-			require.True(t, ok, m.Name)
-			got[m.Name] = g.DataPoints[0].Value
-		}
-	}
+	got := metrictest.Collect(t, reader)
 	// 14 entries, 10 distinct blocks, 2 endpoints in 2 slots.
 	mem := ix.MemoryBytes()
 	assert.Equal(t, map[string]int64{
@@ -386,19 +376,7 @@ func TestIndexGaugesPerPool(t *testing.T) {
 	busy.Dispatched(&signals.Request{PromptBlocks: blocks}, eps[0])
 	busy.Dispatched(&signals.Request{PromptBlocks: blocks[:4]}, eps[1])
 
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(context.Background(), &rm))
-	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			g, ok := m.Data.(metricdata.Gauge[int64])
-			require.True(t, ok, m.Name)
-			for _, dp := range g.DataPoints {
-				pool, _ := dp.Attributes.Value("pool")
-				got[m.Name+"{pool="+pool.AsString()+"}"] = dp.Value
-			}
-		}
-	}
+	got := metrictest.Collect(t, reader)
 	assert.Equal(t, map[string]int64{
 		"inferroute.prefix.index.memory{pool=busy}":    busy.MemoryBytes(),
 		"inferroute.prefix.index.entries{pool=busy}":   14,
