@@ -25,7 +25,9 @@
 // "model" back, in JSON and in every SSE chunk). Requests without a model,
 // with a non-JSON body, and GET or HEAD requests whatever their body take
 // the fallback route (by default the default pool), never an error; GET
-// /v1/models is answered from the table.
+// /v1/models is answered from the table, and so is GET /v1/models/{model}
+// (OpenAI's retrieve-model call: the model's entry, or 404 model_not_found),
+// which a model server could not answer for an alias.
 //
 // # Proxy
 //

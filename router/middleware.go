@@ -107,13 +107,13 @@ func NewMiddleware(t *Table, cfg Config) (*Middleware, error) {
 // SetTable swaps the routing table atomically.
 func (m *Middleware) SetTable(t *Table) { m.p.SetTable(t) }
 
-// Wrap returns next behind the router. GET /v1/models is answered from the
-// table without calling next. The Decision is valid until next returns.
+// Wrap returns next behind the router. GET /v1/models and
+// /v1/models/{model} are answered from the table without calling next. The
+// Decision is valid until next returns.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := m.p
-		if KindOf(r.URL.Path) == KindModels && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-			p.serveModels(w)
+		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && p.serveModels(w, r) {
 			return
 		}
 		c := new(call)

@@ -207,3 +207,32 @@ func TestMiddlewareResponseController(t *testing.T) {
 	_ = r.Body.Close()
 	assert.Equal(t, 204, r.StatusCode)
 }
+
+// TestMiddlewareModels: GET /v1/models and /v1/models/{model} are answered
+// from the table, without calling the wrapped handler; other GETs reach it.
+func TestMiddlewareModels(t *testing.T) {
+	e := newEnv(t, Config{}, "10.0.0.1:8000")
+	mw, err := NewMiddleware(e.proxy.Table(), Config{Clock: e.clock})
+	require.NoError(t, err)
+	var calls []string
+	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls = append(calls, r.URL.Path)
+		w.WriteHeader(204)
+	})))
+	defer srv.Close()
+	get := func(path string) (int, string) { return getBody(t, srv.Client(), srv.URL+path) }
+	code, body := get("/v1/models")
+	assert.Equal(t, 200, code)
+	assert.Contains(t, body, `"id":"llama"`)
+	code, body = get("/v1/models/llama")
+	assert.Equal(t, 200, code)
+	assert.JSONEq(t, `{"id":"llama","object":"model","created":0,"owned_by":"inferroute","root":"`+baseModel+`","parent":null}`, body)
+	code, body = get("/v1/models/gpt-9")
+	assert.Equal(t, 404, code)
+	assert.Contains(t, body, `"code":"model_not_found"`)
+	assert.Empty(t, calls, "answered from the table")
+	code, _ = get("/v1/modelsx")
+	assert.Equal(t, 204, code)
+	assert.Equal(t, []string{"/v1/modelsx"}, calls, "another path reaches the handler")
+	e.requireIdle(t)
+}

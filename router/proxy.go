@@ -300,16 +300,16 @@ func (p *Proxy) putCall(c *call) {
 	p.calls.Put(c)
 }
 
-// ServeHTTP implements http.Handler. It answers GET /v1/models from the
-// table and proxies everything else: see the package documentation.
+// ServeHTTP implements http.Handler. It answers GET /v1/models and
+// /v1/models/{model} from the table and proxies everything else: see the
+// package documentation.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && p.serveModels(w, r) {
+		return
+	}
 	c := p.getCall()
 	defer p.putCall(c)
 	c.start = p.clock.Now()
-	if KindOf(r.URL.Path) == KindModels && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
-		p.serveModels(w)
-		return
-	}
 	res, err := p.admit(r, c)
 	if err != nil {
 		ae := errorFor(err, p.cfg.RetryAfter)
@@ -329,13 +329,34 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (p *Proxy) serveModels(w http.ResponseWriter) {
-	b := p.table.Load().ModelsJSON()
+// serveModels answers a GET or HEAD of /v1/models with the table's list
+// of models, and of /v1/models/{model} (OpenAI's retrieve-model call, which
+// the model servers cannot answer for the table's aliases) with the
+// model's entry, or 404 model_not_found. It reports whether the path was
+// one of those.
+func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) bool {
+	path := strings.TrimRight(r.URL.Path, "/")
+	t := p.table.Load()
+	var b []byte
+	switch {
+	case path == "/v1/models":
+		b = t.ModelsJSON()
+	case strings.HasPrefix(path, "/v1/models/"):
+		model := path[len("/v1/models/"):]
+		var ok bool
+		if b, ok = t.ModelJSON(model); !ok {
+			WriteError(w, errorFor(fmt.Errorf("%w: %q", ErrModelNotFound, model), p.cfg.RetryAfter))
+			return true
+		}
+	default:
+		return false
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
+	return true
 }
 
 // admit reads and parses the request, routes it and picks an endpoint. On

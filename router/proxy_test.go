@@ -718,7 +718,38 @@ func TestProxyFallbackRoute(t *testing.T) {
 			{"id":"llama","object":"model","created":0,"owned_by":"inferroute","root":"`+baseModel+`","parent":null}]}`, string(b))
 		assert.Empty(t, got, "not forwarded")
 	})
+	t.Run("one model from the table", func(t *testing.T) {
+		get := func(path string) (int, string) { return getBody(t, e.front.Client(), e.front.URL+path) }
+		// The alias, which no model server knows, and the served name,
+		// whose slash may come escaped or not.
+		code, body := get("/v1/models/llama")
+		assert.Equal(t, 200, code)
+		assert.JSONEq(t, `{"id":"llama","object":"model","created":0,"owned_by":"inferroute","root":"`+baseModel+`","parent":null}`, body)
+		for _, path := range []string{"/v1/models/" + baseModel, "/v1/models/" + strings.ReplaceAll(baseModel, "/", "%2F")} {
+			code, body = get(path)
+			assert.Equal(t, 200, code, path)
+			assert.JSONEq(t, `{"id":"`+baseModel+`","object":"model","created":0,"owned_by":"inferroute","root":"`+baseModel+`","parent":null}`, body, path)
+		}
+		code, body = get("/v1/models/sql-lora/")
+		assert.Equal(t, 200, code)
+		assert.JSONEq(t, `{"id":"sql-lora","object":"model","created":0,"owned_by":"inferroute","root":"sql-lora","parent":"`+baseModel+`"}`, body)
+		code, body = get("/v1/models/gpt-9")
+		assert.Equal(t, 404, code)
+		assert.JSONEq(t, `{"error":{"message":"model not found: \"gpt-9\"","type":"invalid_request_error","param":"model","code":"model_not_found"}}`, body)
+		assert.Empty(t, got, "none forwarded")
+	})
 	e.requireIdle(t)
+}
+
+// getBody GETs url with client and returns the status and the whole body.
+func getBody(t *testing.T, client *http.Client, url string) (int, string) {
+	t.Helper()
+	r, err := client.Get(url)
+	require.NoError(t, err)
+	defer r.Body.Close()
+	b, err := io.ReadAll(r.Body)
+	require.NoError(t, err)
+	return r.StatusCode, string(b)
 }
 
 func TestProxyConcurrentStreams(t *testing.T) {

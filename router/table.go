@@ -95,7 +95,8 @@ type Table struct {
 	byName   map[string]*Pool
 	def      *Pool
 	fallback Route
-	models   []byte // the /v1/models response
+	models   []byte            // the /v1/models response
+	entries  map[string][]byte // each model's entry of it, for /v1/models/{model}
 }
 
 // NewTable builds a table. It fails when no pool is given, a pool has no
@@ -193,6 +194,12 @@ func NewTable(cfg TableConfig) (*Table, error) {
 	if t.models, err = json.Marshal(modelList{Object: "list", Data: list}); err != nil {
 		return nil, err
 	}
+	t.entries = make(map[string][]byte, len(list))
+	for _, e := range list {
+		if t.entries[e.ID], err = json.Marshal(e); err != nil {
+			return nil, err
+		}
+	}
 	return t, nil
 }
 
@@ -258,3 +265,12 @@ func (t *Table) Pool(name string) *Pool { return t.byName[name] }
 // adapter and alias in the OpenAI list shape, in declaration order. The
 // slice is shared and must not be modified.
 func (t *Table) ModelsJSON() []byte { return t.models }
+
+// ModelJSON returns the body of GET /v1/models/{model}, OpenAI's
+// retrieve-model call: the model's entry of ModelsJSON, or false when the
+// table declares no model, adapter or alias of that name. The slice is
+// shared and must not be modified.
+func (t *Table) ModelJSON(model string) ([]byte, bool) {
+	b, ok := t.entries[model]
+	return b, ok
+}

@@ -92,6 +92,20 @@ func TestTableModelsJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal(fixture(t, "llm-d-inference-sim/models.response.json"), &list))
 	require.NoError(t, json.Unmarshal(tab.ModelsJSON(), &list), "decodes into the fixture's shape")
 	assert.Equal(t, "list", list.Object)
+
+	// Each model's entry for GET /v1/models/{model} is its element of the list.
+	var full struct{ Data []json.RawMessage }
+	require.NoError(t, json.Unmarshal(tab.ModelsJSON(), &full))
+	require.Len(t, full.Data, 3)
+	for i, id := range []string{"base", "chat-lora", "short"} {
+		b, ok := tab.ModelJSON(id)
+		require.True(t, ok, id)
+		assert.JSONEq(t, string(full.Data[i]), string(b), id)
+	}
+	for _, id := range []string{"", "nope", "BASE", "base/"} {
+		_, ok := tab.ModelJSON(id)
+		assert.False(t, ok, "%q is not declared", id)
+	}
 }
 
 func TestTableManyModels(t *testing.T) {

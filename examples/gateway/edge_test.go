@@ -756,7 +756,7 @@ func TestREADMECurl(t *testing.T) {
 			section = append(section, c) // the demo's two commands are tested with the demo
 		}
 	}
-	require.Len(t, section, 8, "the curl section's commands")
+	require.Len(t, section, 9, "the curl section's commands")
 	for i, c := range section {
 		name := c.url[len("http://127.0.0.1:8080"):]
 		if m := regexp.MustCompile(`"model":"([^"]*)"`).FindStringSubmatch(c.data); m != nil {
@@ -796,6 +796,19 @@ func TestREADMECurl(t *testing.T) {
 				for _, id := range []string{base, "sql-lora", "chat-lora", "llama", "Qwen/Qwen2.5-7B-Instruct"} {
 					assert.Contains(t, body, `"id":"`+id+`"`)
 				}
+			case strings.HasSuffix(c.url, "/v1/models/llama"):
+				require.Equal(t, 200, resp.StatusCode)
+				var m struct {
+					ID, Object, OwnedBy, Root string
+					Created                   int64
+					Parent                    *string
+				}
+				require.NoError(t, json.Unmarshal([]byte(body), &m), body)
+				assert.Equal(t, "llama", m.ID)
+				assert.Equal(t, "model", m.Object)
+				assert.Equal(t, base, m.Root, "the alias's served model")
+				assert.Nil(t, m.Parent)
+				assert.Positive(t, m.Created)
 			case strings.HasSuffix(c.url, "/healthz"):
 				assert.Equal(t, 200, resp.StatusCode)
 				assert.Equal(t, "ok\n", body)

@@ -214,6 +214,21 @@ func TestOpenAISDK(t *testing.T) {
 		}
 		assert.Equal(t, []string{base, "sql-lora", "llama"}, ids)
 	})
+
+	t.Run("model retrieve", func(t *testing.T) {
+		// The alias is the gateway's own: no model server could answer it.
+		for _, id := range []string{"llama", base, "sql-lora"} {
+			m, err := client.Models.Get(ctx, id)
+			require.NoError(t, err, id)
+			assert.Equal(t, id, m.ID)
+			assert.Equal(t, "inferroute", m.OwnedBy)
+		}
+		_, err := client.Models.Get(ctx, "gpt-9")
+		var apiErr *openai.Error
+		require.ErrorAs(t, err, &apiErr)
+		assert.Equal(t, 404, apiErr.StatusCode)
+		assert.Equal(t, "model_not_found", apiErr.Code)
+	})
 }
 
 func podModel(t *testing.T, pods ...*pod) string {
