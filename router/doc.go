@@ -34,9 +34,12 @@
 // Proxy is an http.Handler. It streams SSE responses with a flush per event
 // and measures the time to the first response body byte (TTFT), which it
 // reports with the response's token usage through the picker's Done,
-// exactly once per pick, on every path. On a connect error, a malformed
-// response head (ErrUpstreamProtocol) or a 5xx status before any byte
-// reached the client it retries on the pick's fallbacks (bounded by
+// exactly once per pick, on every path; an answer with an error status
+// (4xx or 5xx) is reported as a failure without a TTFT, since its first
+// byte is no token's. On a connect error, a malformed response head
+// (ErrUpstreamProtocol), a 5xx status or a 429 (a model server turning
+// the request away, overloaded) before any byte reached the client it
+// retries on the pick's fallbacks (bounded by
 // Config.MaxRetries), reporting each failed endpoint, and when every
 // endpoint tried failed to connect it asks the picker once more (not when
 // MaxRetries is negative). A connect error marks the endpoint down at

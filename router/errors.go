@@ -16,7 +16,10 @@ var (
 	// ErrUpstreamTimeout: the endpoint did not send response headers within
 	// Config.UpstreamTimeout. The client gets 504.
 	ErrUpstreamTimeout = errors.New("upstream timeout")
-	// ErrUpstreamStatus: the endpoint answered with a 5xx status.
+	// ErrUpstreamStatus: the endpoint answered with an error status, 4xx or
+	// 5xx: it did not serve the request (see failedStatus). A 5xx or a 429
+	// is retried on a fallback while no byte reached the client; the last
+	// answer is relayed as it came.
 	ErrUpstreamStatus = errors.New("upstream error status")
 	// ErrUpstreamProtocol: the endpoint answered with a response head that
 	// is not valid HTTP/1.1 (a malformed status line or header field,
@@ -156,3 +159,19 @@ func errorFor(err error, retryAfter time.Duration) *APIError {
 	return &APIError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_unreachable",
 		Message: "no model server could be reached"}
 }
+
+// failedStatus reports whether an upstream status means that the endpoint
+// did not serve the request: 4xx and 5xx. Such an answer is reported
+// through Done with ErrUpstreamStatus and no TTFT. Its first byte is an
+// error body's, which the server sends before (or instead of) prefill: a
+// 400 for a prompt over the context length, a 404 for an adapter it does
+// not hold, a 429 when its queue is full (TGI past --max-concurrent-requests)
+// come back in a millisecond. Reported as served, they would teach the
+// latency predictor that the endpoint prefills any prompt at once, and the
+// prefix index that it caches prompts it rejected.
+func failedStatus(code int) bool { return code >= 400 }
+
+// retryStatus reports whether an upstream status is retried on a fallback
+// while no byte reached the client: a 5xx, or 429, with which an
+// overloaded model server turns a request away unserved.
+func retryStatus(code int) bool { return code >= 500 || code == http.StatusTooManyRequests }

@@ -79,13 +79,13 @@ func (in *instruments) init(mp metric.MeterProvider) error {
 	}
 	if in.ttft, err = m.Float64Histogram("inferroute.router.ttft",
 		metric.WithDescription("Time from dispatch to the first response body byte from the model server, "+
-			"by pool, model and stream: stream=\"false\" is a body that came whole (JSON), whose first byte "+
-			"follows its last token."),
+			"by pool, model and stream, for answers that are not 4xx or 5xx errors: stream=\"false\" is a "+
+			"body that came whole (JSON), whose first byte follows its last token."),
 		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(ttftBuckets...)); err != nil {
 		return err
 	}
 	if in.retries, err = m.Int64Counter("inferroute.router.retries",
-		metric.WithDescription("Attempts on a fallback endpoint after a connect error or a 5xx status."),
+		metric.WithDescription("Attempts on a fallback endpoint after a connect error, a malformed response, a 5xx status or a 429."),
 		metric.WithUnit("{attempt}")); err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ func (d *Decision) FirstToken() { d.res.FirstToken() }
 // Done reports the outcome to the picker. Only the first call counts, so
 // the next handler may call it with the real TTFT and token usage, and the
 // Middleware calls it after the handler returns with what it observed
-// (first byte written; as an error a final status ≥ 500, the client gone
+// (first byte written; as an error a final status ≥ 400, the client gone
 // before the handler returned, or a handler that panicked) if the handler
 // did not. Safe for concurrent use.
 func (d *Decision) Done(o signals.Outcome) {
@@ -155,7 +155,9 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			o := signals.Outcome{Latency: end.Sub(dispatched)}
 			status := rw.status
 			if rw.wrote {
-				o.TTFT = rw.first.Sub(dispatched)
+				if !failedStatus(rw.status) {
+					o.TTFT = rw.first.Sub(dispatched) // an error body's first byte is no token's
+				}
 				o.Buffered = mediaType(rw.Header().Get("Content-Type")) != eventStream
 				c.buffered = o.Buffered
 			}
@@ -167,7 +169,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 				o.Err = errHandlerAborted
 			case r.Context().Err() != nil:
 				o.Err, status = r.Context().Err(), 499
-			case rw.status >= 500:
+			case failedStatus(rw.status):
 				o.Err = fmt.Errorf("%w: %d", ErrUpstreamStatus, rw.status)
 			}
 			d.Done(o)

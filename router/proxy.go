@@ -74,8 +74,8 @@ type Config struct {
 	// 413. 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// MaxRetries bounds the fallback endpoints tried after a connect error,
-	// a malformed response (ErrUpstreamProtocol) or a 5xx status, before any
-	// response byte reached the client. 0 means
+	// a malformed response (ErrUpstreamProtocol), a 5xx status or a 429,
+	// before any response byte reached the client. 0 means
 	// DefaultMaxRetries; negative means no retry. The picker's Config
 	// Fallbacks bounds it too. When every endpoint tried failed to connect,
 	// the picker is asked once more, now that health reflects the failures,
@@ -656,10 +656,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 			lastErr, lastConnect = err, true
 			continue
 		}
-		// A 5xx is retried only when a fallback is left that will be tried
-		// (those marked down since the pick are skipped); otherwise it is
-		// the answer.
-		if resp.StatusCode >= 500 && slices.ContainsFunc(targets[i+1:], (*signals.Endpoint).Healthy) {
+		// A 5xx or 429 is retried only when a fallback is left that will be
+		// tried (those marked down since the pick are skipped); otherwise
+		// it is the answer.
+		if retryStatus(resp.StatusCode) && slices.ContainsFunc(targets[i+1:], (*signals.Endpoint).Healthy) {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			_ = resp.Body.Close()
 			c.cancel(nil)
@@ -859,7 +859,8 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, c *call, resp *h
 	c.fb = firstByte{r: resp.Body, clock: p.clock, t0: t0, pick: pick}
 	fb := &c.fb
 	var o signals.Outcome
-	if resp.StatusCode >= 500 {
+	failed := failedStatus(resp.StatusCode)
+	if failed {
 		o.Err = fmt.Errorf("%w: %d", ErrUpstreamStatus, resp.StatusCode)
 	}
 	copyHeader(w.Header(), resp.Header)
@@ -887,7 +888,9 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, c *call, resp *h
 		o.Err = r.Context().Err()
 		status = 499
 	}
-	o.TTFT = fb.ttft
+	if !failed {
+		o.TTFT = fb.ttft
+	}
 	o.Latency = p.clock.Now().Sub(t0)
 	o.Buffered = ct != eventStream
 	c.buffered = o.Buffered

@@ -385,19 +385,70 @@ func TestProxyRetries(t *testing.T) {
 		e.requireIdle(t)
 		assert.Equal(t, 1, e.rec.count(), "exactly one Done per pick")
 	})
-	t.Run("5xx then success", func(t *testing.T) {
-		bad, _ := backend(t, failing(503))
-		good, got := backend(t, jsonHandler(200, ok, nil))
-		e := newEnv(t, Config{}, bad, good)
+	// A 5xx, or a 429 with which an overloaded server (TGI past
+	// --max-concurrent-requests) turns a request away unserved, is retried
+	// on a fallback; the endpoint stays in rotation.
+	for _, status := range []int{503, 429} {
+		t.Run(strconv.Itoa(status)+" then success", func(t *testing.T) {
+			bad, _ := backend(t, failing(status))
+			good, got := backend(t, jsonHandler(200, ok, nil))
+			e := newEnv(t, Config{}, bad, good)
+			r := e.post(t, "/v1/chat/completions", body, nil)
+			require.Equal(t, 200, r.StatusCode)
+			b, _ := io.ReadAll(r.Body)
+			assert.Equal(t, string(ok), string(b))
+			<-got
+			o := e.rec.next(t)
+			assert.Equal(t, "ep0", o.ep)
+			assert.ErrorIs(t, o.out.Err, ErrUpstreamStatus)
+			assert.False(t, o.out.ConnectError)
+			assert.True(t, e.eps[0].Healthy(), "an error status is not a connect error")
+			e.requireIdle(t)
+		})
+	}
+	t.Run("error answers are relayed and reported without a TTFT", func(t *testing.T) {
+		// The first byte of an error body is no token's: reported as one,
+		// a 400 for a prompt over the context length, or a 429 from the
+		// last endpoint left, would teach the latency predictor that the
+		// endpoint prefills long prompts in 2 ms.
+		tooLong := fixture(t, "llm-d-inference-sim/error-400-context-length.response.json")
+		for _, tc := range []struct {
+			status     int
+			body       []byte
+			retryAfter string
+		}{{400, tooLong, ""}, {429, []byte(`{"error":"Model is overloaded","error_type":"overloaded"}`), "3"}} {
+			var e *env
+			only, got := backend(t, func(w http.ResponseWriter, r *http.Request) {
+				e.clock.Advance(2 * time.Millisecond)
+				if tc.retryAfter != "" {
+					w.Header().Set("Retry-After", tc.retryAfter)
+				}
+				jsonHandler(tc.status, tc.body, nil)(w, r)
+			})
+			e = newEnv(t, Config{}, only)
+			r := e.post(t, "/v1/chat/completions", body, nil)
+			require.Equal(t, tc.status, r.StatusCode, "the last answer is relayed as it came")
+			b, _ := io.ReadAll(r.Body)
+			assert.Equal(t, string(tc.body), string(b))
+			assert.Equal(t, tc.retryAfter, r.Header.Get("Retry-After"))
+			<-got
+			o := e.rec.next(t)
+			assert.ErrorIs(t, o.out.Err, ErrUpstreamStatus, "%d", tc.status)
+			assert.Zero(t, o.out.TTFT, "%d: no first token", tc.status)
+			assert.Equal(t, 2*time.Millisecond, o.out.Latency, "%d: the attempt's time is kept", tc.status)
+			assert.True(t, e.eps[0].Healthy())
+			e.requireIdle(t)
+		}
+	})
+	t.Run("a 4xx other than 429 is not retried", func(t *testing.T) {
+		tooLong := fixture(t, "llm-d-inference-sim/error-400-context-length.response.json")
+		bad, _ := backend(t, jsonHandler(400, tooLong, nil))
+		other, got := backend(t, jsonHandler(200, ok, nil))
+		e := newEnv(t, Config{}, bad, other)
 		r := e.post(t, "/v1/chat/completions", body, nil)
-		require.Equal(t, 200, r.StatusCode)
-		b, _ := io.ReadAll(r.Body)
-		assert.Equal(t, string(ok), string(b))
-		<-got
-		o := e.rec.next(t)
-		assert.Equal(t, "ep0", o.ep)
-		assert.ErrorIs(t, o.out.Err, ErrUpstreamStatus)
-		assert.False(t, o.out.ConnectError)
+		require.Equal(t, 400, r.StatusCode, "the client's own error, whichever server answers it")
+		assert.Empty(t, got, "no fallback tried")
+		e.rec.next(t)
 		e.requireIdle(t)
 	})
 	t.Run("a fallback that failed since the pick is skipped", func(t *testing.T) {

@@ -61,7 +61,11 @@ var (
 	// ErrServedByFallback: the data plane reports that another endpoint
 	// than the primary served the request, so the primary failed.
 	ErrServedByFallback = errors.New("extproc: request served by a fallback endpoint")
-	// ErrUpstreamStatus: the endpoint answered with a 5xx status.
+	// ErrUpstreamStatus: the endpoint answered with an error status, 4xx or
+	// 5xx, and did not serve the request. It is reported without a TTFT: the
+	// first byte of an error body (a 400 for a prompt over the context
+	// length, a 429 from an overloaded server) is no token's, and learning
+	// from it would make the endpoint look as if it prefilled at once.
 	ErrUpstreamStatus = errors.New("extproc: upstream error status")
 	// ErrOutsideSubset: the picker chose an endpoint outside the subset
 	// hint (its configuration lacks the subset filter, or fails open).
@@ -643,8 +647,9 @@ func (st *stream) complete() {
 	switch {
 	case st.servedBy != "" && st.servedBy != st.primary:
 		out = picker.DoneInfo{Err: fmt.Errorf("%w: %s", ErrServedByFallback, st.servedBy)}
-	case st.status >= 500:
+	case st.status >= 400:
 		out.Err = fmt.Errorf("%w %d", ErrUpstreamStatus, st.status)
+		out.TTFT = 0
 	}
 	st.res.Done(out)
 }

@@ -3,6 +3,7 @@ package extproc_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"strings"
 	"sync"
@@ -497,6 +498,12 @@ func TestOutcomes(t *testing.T) {
 			e.send(responseBody("overloaded", true))
 			e.recv()
 		}},
+		{name: "4xx", wantErr: extproc.ErrUpstreamStatus, play: func(e *envoy, _ *harness, _, _ string) {
+			e.send(responseHeaders("400", false, ""))
+			e.recv()
+			e.send(responseBody(`{"error":{"message":"maximum context length is 8192 tokens"}}`, true))
+			e.recv()
+		}},
 		{name: "served by a fallback", wantErr: extproc.ErrServedByFallback, play: func(e *envoy, _ *harness, _, fb string) {
 			e.send(responseHeaders("200", false, fb))
 			e.recv()
@@ -531,6 +538,9 @@ func TestOutcomes(t *testing.T) {
 				assert.NoError(t, outs[0].Err)
 			} else {
 				assert.ErrorIs(t, outs[0].Err, tc.wantErr)
+			}
+			if errors.Is(tc.wantErr, extproc.ErrUpstreamStatus) {
+				assert.Zero(t, outs[0].TTFT, "an error body's first byte is no token's")
 			}
 			assert.False(t, outs[0].ConnectError)
 			for _, ep := range h.eps {
