@@ -43,8 +43,11 @@
 // Config.MaxRetries), reporting each failed endpoint, and when every
 // endpoint tried failed to connect it asks the picker once more (not when
 // MaxRetries is negative). A connect error marks the endpoint down at
-// once; malformed responses do only when they come in a row
-// (signals.Endpoint.ReportProtocolError), so that one bad answer does not
+// once; malformed responses and 5xx answers do only when they come in a
+// row (signals.Endpoint.ReportProtocolError and ReportServerError), so
+// that a pod whose engine died behind a live HTTP server, which answers
+// 500 at once and so looks the least loaded, stops drawing traffic, while
+// one bad answer does not
 // cost a pod its place and its prefix-cache affinity. A stream
 // that breaks off after it began, or that sends nothing for
 // Config.StreamIdleTimeout when that is set, ends with an SSE error event; any other

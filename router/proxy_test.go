@@ -406,6 +406,39 @@ func TestProxyRetries(t *testing.T) {
 			e.requireIdle(t)
 		})
 	}
+	t.Run("a pod answering 5xx to everything is taken out of rotation", func(t *testing.T) {
+		// A pod whose engine died behind a live HTTP server answers 500 at
+		// once and holds no requests: to a least-loaded picker it looks
+		// the best, and without ejection it would take a share of every
+		// request and send each on to a fallback. After
+		// signals.ProtocolErrorThreshold such answers in a row it is
+		// marked down; a successful scrape gives it one request, and the
+		// next 5xx marks it down again at once.
+		dead, gotDead := backend(t, failing(500))
+		good, gotGood := backend(t, jsonHandler(200, ok, nil))
+		e := newEnv(t, Config{}, dead, good)
+		const n = 20
+		for range n {
+			r := e.post(t, "/v1/chat/completions", body, nil)
+			require.Equal(t, 200, r.StatusCode)
+			_, _ = io.Copy(io.Discard, r.Body)
+			e.rec.next(t)
+		}
+		assert.Len(t, gotDead, signals.ProtocolErrorThreshold, "the dead pod took requests until marked down")
+		assert.Len(t, gotGood, n)
+		assert.False(t, e.eps[0].Healthy())
+		e.eps[0].ReportScrape(e.eps[0].HealthMark(), nil, 3) // its /metrics still answers
+		require.True(t, e.eps[0].Healthy())
+		for range n {
+			r := e.post(t, "/v1/chat/completions", body, nil)
+			require.Equal(t, 200, r.StatusCode)
+			_, _ = io.Copy(io.Discard, r.Body)
+			e.rec.next(t)
+		}
+		assert.Len(t, gotDead, signals.ProtocolErrorThreshold+1, "one request per scrape that brings it back")
+		assert.False(t, e.eps[0].Healthy())
+		e.requireIdle(t)
+	})
 	t.Run("error answers are relayed and reported without a TTFT", func(t *testing.T) {
 		// The first byte of an error body is no token's: reported as one,
 		// a 400 for a prompt over the context length, or a 429 from the

@@ -58,7 +58,7 @@ type Endpoint struct {
 	generation     atomic.Uint64
 	health         atomic.Uint64 // downs<<1 | 1 while healthy; see HealthMark
 	scrapeFailures atomic.Int32
-	protocolErrors atomic.Int32 // consecutive, up to ProtocolErrorThreshold; see ReportProtocolError
+	protocolErrors atomic.Int32 // answers that served nothing in a row, up to ProtocolErrorThreshold; see ReportProtocolError, ReportServerError
 	_              [16]byte
 
 	// inFlight and inFlightTokens equal dispatched − completed and
@@ -572,8 +572,9 @@ func (ep *Endpoint) ReportScrape(mark uint64, err error, threshold int) {
 // sent after it brings the endpoint back.
 func (ep *Endpoint) ReportConnectError() { ep.MarkDown() }
 
-// ProtocolErrorThreshold is how many malformed responses in a row
-// (ReportProtocolError) mark an endpoint down.
+// ProtocolErrorThreshold is how many answers in a row that served
+// nothing, malformed responses (ReportProtocolError) and 5xx statuses
+// (ReportServerError) alike, mark an endpoint down.
 const ProtocolErrorThreshold = 3
 
 // ReportProtocolError records that the endpoint answered a request with a
@@ -588,7 +589,18 @@ const ProtocolErrorThreshold = 3
 // is marked down, and while the count stands every further one marks it
 // down again at once, so a persistently broken pod gets one request per
 // scrape that brings it back.
-func (ep *Endpoint) ReportProtocolError() {
+func (ep *Endpoint) ReportProtocolError() { ep.reportFailedAnswer() }
+
+// ReportServerError records that the endpoint answered a request with a
+// 5xx status: it is up, but did not serve. A pod whose engine died behind
+// a live HTTP server answers every request so, at once, and holds none:
+// to a picker that prefers the least loaded it looks the best of all, and
+// would draw traffic it can only fail. It counts with ReportProtocolError's
+// answers towards ProtocolErrorThreshold in a row, with the same effect:
+// marked down, then one request per scrape that brings it back.
+func (ep *Endpoint) ReportServerError() { ep.reportFailedAnswer() }
+
+func (ep *Endpoint) reportFailedAnswer() {
 	n := ep.protocolErrors.Load()
 	if n < ProtocolErrorThreshold {
 		n = ep.protocolErrors.Add(1)
@@ -600,7 +612,7 @@ func (ep *Endpoint) ReportProtocolError() {
 
 // ReportSuccess marks the endpoint healthy after it served a request sent
 // when HealthMark returned mark, unless it was marked down after that. It
-// resets the count of ReportProtocolError.
+// resets the count of ReportProtocolError and ReportServerError.
 func (ep *Endpoint) ReportSuccess(mark uint64) {
 	if ep.protocolErrors.Load() != 0 {
 		ep.protocolErrors.Store(0)

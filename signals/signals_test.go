@@ -418,3 +418,25 @@ func TestProtocolErrorsMarkDownInARow(t *testing.T) {
 	ep.ReportProtocolError()
 	assert.True(t, ep.Healthy(), "a served request does")
 }
+
+// TestServerErrorsCountWithProtocolErrors: 5xx answers count towards the
+// same threshold as malformed ones, in any mix, and a served request
+// resets both.
+func TestServerErrorsCountWithProtocolErrors(t *testing.T) {
+	ep := signals.NewEndpoint(signals.EndpointSpec{Name: "e"})
+	for i := 1; i < signals.ProtocolErrorThreshold; i++ {
+		ep.ReportServerError()
+		require.True(t, ep.Healthy(), "after %d 5xx answers", i)
+	}
+	ep.ReportSuccess(ep.HealthMark())
+	for i := 1; i < signals.ProtocolErrorThreshold; i++ {
+		if i%2 == 0 {
+			ep.ReportProtocolError()
+		} else {
+			ep.ReportServerError()
+		}
+		require.True(t, ep.Healthy(), "a success reset the count; %d since", i)
+	}
+	ep.ReportServerError()
+	assert.False(t, ep.Healthy(), "%d answers that served nothing, in a row", signals.ProtocolErrorThreshold)
+}
