@@ -36,7 +36,9 @@
 // reports with the response's token usage through the picker's Done,
 // exactly once per pick, on every path; an answer with an error status
 // (4xx or 5xx) is reported as a failure without a TTFT, since its first
-// byte is no token's. On a connect error, a malformed response head
+// byte is no token's, and so is a stream whose first data event is the
+// model server's own error event (ErrStreamErrorEvent; relayed as it
+// came, and reported failed with its TTFT when tokens came first). On a connect error, a malformed response head
 // (ErrUpstreamProtocol), a 5xx status or a 429 (a model server turning
 // the request away, overloaded) before any byte reached the client it
 // retries on the pick's fallbacks (bounded by

@@ -31,6 +31,11 @@ var (
 	// rotation until signals.ProtocolErrorThreshold of them come in a row
 	// (signals.Endpoint.ReportProtocolError).
 	ErrUpstreamProtocol = errors.New("upstream protocol error")
+	// ErrStreamErrorEvent: an SSE stream carried the model server's own
+	// error event (a data line whose JSON object starts with "error"). The
+	// event is relayed to the client as it came; the request is reported
+	// failed, and without a TTFT when no other data event came before it.
+	ErrStreamErrorEvent = errors.New("upstream stream error event")
 	// ErrStreamBroken: the response broke off after its first byte, or an
 	// SSE stream ended without its terminating "data: [DONE]".
 	ErrStreamBroken = errors.New("upstream stream broken")

@@ -265,6 +265,9 @@ type call struct {
 	// buffered: the response body came whole, not as an SSE stream, so
 	// its first byte (the TTFT measured) followed its last token.
 	buffered bool
+	// noToken: the SSE stream's first data event was an error, so its
+	// first byte was no token's and the outcome has no TTFT.
+	noToken bool
 	// open counts the request bodies handed to Config.Transport that it has
 	// not closed yet (see sentBody): they read send, so the call is not
 	// reused while any is open.
@@ -891,7 +894,7 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, c *call, resp *h
 		o.Err = r.Context().Err()
 		status = 499
 	}
-	if !failed {
+	if !failed && !c.noToken {
 		o.TTFT = fb.ttft
 	}
 	o.Latency = p.clock.Now().Sub(t0)
@@ -1089,6 +1092,7 @@ func (p *Proxy) streamSSE(w http.ResponseWriter, r *http.Request, c *call, fb *f
 	}
 	defer c.br.Reset(nil)
 	sawDone := false
+	sawData := false // a data event other than an error came
 	rewrite := c.route.Rewrites()
 	cont := false // relaying the rest of a line longer than MaxResponseBuffer
 	var idle *time.Timer
@@ -1115,6 +1119,18 @@ func (p *Proxy) streamSSE(w http.ResponseWriter, r *http.Request, c *call, fb *f
 				case len(payload) == 6 && string(payload) == "[DONE]":
 					sawDone = true
 				case len(payload) > 0 && payload[0] == '{':
+					if bytes.HasPrefix(payload, []byte(`{"error"`)) {
+						// The model server's own error event (vLLM sends
+						// one when generation fails after the headers,
+						// then [DONE]): relayed, and the request reported
+						// failed; with no data before it, without a TTFT.
+						if o.Err == nil {
+							o.Err = ErrStreamErrorEvent
+						}
+						c.noToken = c.noToken || !sawData
+						break
+					}
+					sawData = true
 					if bytes.Contains(payload, []byte(`"usage"`)) {
 						if u, ok := parseUsage(payload); ok {
 							u.apply(o)

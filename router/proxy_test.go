@@ -232,6 +232,41 @@ func sseHandler(events []string, before func(), between func(i int)) func(http.R
 	}
 }
 
+// TestProxyStreamErrorEvent: the model server's own SSE error event (vLLM
+// sends one, then [DONE], when generation fails after the headers) is
+// relayed as it came and the request reported failed; when it is the
+// first data event, without a TTFT, since no token came.
+func TestProxyStreamErrorEvent(t *testing.T) {
+	errEvent := `data: {"error": {"object": "error", "message": "engine failed", "type": "InternalServerError", "code": 500}}` + "\n\n"
+	chunk := `data: {"id":"c1","object":"chat.completion.chunk","model":"` + baseModel + `","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"}}]}` + "\n\n"
+	for _, tc := range []struct {
+		name     string
+		events   []string
+		wantTTFT bool
+	}{
+		{"before any token", []string{errEvent, "data: [DONE]\n\n"}, false},
+		{"after a token", []string{chunk, errEvent, "data: [DONE]\n\n"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var e *env
+			addr, _ := backend(t, sseHandler(tc.events, func() { e.clock.Advance(5 * time.Millisecond) }, nil))
+			e = newEnv(t, Config{}, addr)
+			r := e.post(t, "/v1/chat/completions", `{"model":"`+baseModel+`","stream":true,"messages":[{"role":"user","content":"hi"}]}`, nil)
+			require.Equal(t, 200, r.StatusCode)
+			b, _ := io.ReadAll(r.Body)
+			assert.Equal(t, strings.Join(tc.events, ""), string(b), "relayed as it came")
+			o := e.rec.next(t)
+			assert.ErrorIs(t, o.out.Err, ErrStreamErrorEvent)
+			if tc.wantTTFT {
+				assert.Equal(t, 5*time.Millisecond, o.out.TTFT, "a token came first")
+			} else {
+				assert.Zero(t, o.out.TTFT, "no token came")
+			}
+			e.requireIdle(t)
+		})
+	}
+}
+
 func TestProxyNonStreaming(t *testing.T) {
 	resp := fixture(t, "openai-api/chat-completions.response.json")
 	var clock *signalstest.Clock
