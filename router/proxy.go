@@ -659,12 +659,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 			lastErr, lastConnect = err, true
 			continue
 		}
+		if resp.StatusCode >= 500 {
+			// Up but not serving: enough of these in a row take the pod
+			// out of rotation (signals.Endpoint.ReportServerError).
+			ep.ReportServerError()
+		}
 		// A 5xx or 429 is retried only when a fallback is left that will be
 		// tried (those marked down since the pick are skipped); otherwise
 		// it is the answer.
-		if resp.StatusCode >= 500 {
-			ep.ReportServerError()
-		}
 		if retryStatus(resp.StatusCode) && slices.ContainsFunc(targets[i+1:], (*signals.Endpoint).Healthy) {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			_ = resp.Body.Close()
