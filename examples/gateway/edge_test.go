@@ -347,13 +347,7 @@ func TestMetricsMoveWithTraffic(t *testing.T) {
 	good := newPod(t, nil)
 	url, _ := startGateway(t, gatewayYAML(bln.Addr().String(), good.addr()))
 
-	post := func(body string) int {
-		r, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
-		require.NoError(t, err)
-		_, _ = io.Copy(io.Discard, r.Body)
-		_ = r.Body.Close()
-		return r.StatusCode
-	}
+	post := func(body string) int { return postChat(t, url, body) }
 	chat := `{"model":"` + base + `","messages":[{"role":"user","content":"hi"}]}`
 	const reqs = `inferroute_router_requests_total`
 	require.Equal(t, 200, post(chat))

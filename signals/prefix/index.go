@@ -210,6 +210,7 @@ func (ix *Index) registerMetrics(m metric.Meter) error {
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return err
 	}
+	// A copy: NewSet sorts its argument in place, and the slice is the caller's.
 	attrs := metric.WithAttributeSet(attribute.NewSet(slices.Clone(ix.cfg.Attributes)...))
 	reg, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := ix.Stats()
