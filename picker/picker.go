@@ -160,15 +160,34 @@ func (p *Picker) defaultSources(cfg Config) error {
 	return nil
 }
 
+// Check reports the error Reconfigure would return for cfg, without
+// applying it: a caller that reconfigures several pickers together (a
+// gateway reloading every pool from one file) checks them all first, so
+// that a bad pool leaves every picker as it was.
+func (p *Picker) Check(cfg Config) error {
+	_, err := p.compile(cfg)
+	return err
+}
+
+// compile compiles cfg against the picker's plugin registry and signal
+// sources.
+func (p *Picker) compile(cfg Config) (*compiled, error) {
+	env := scorer.Env{Matcher: p.opts.matcher, Estimator: p.opts.estimator}
+	c, err := compile(cfg, p.opts.registry, env)
+	if err != nil {
+		return nil, fmt.Errorf("picker config: %w", err)
+	}
+	return c, nil
+}
+
 // Reconfigure validates cfg and swaps it into the running picker
 // atomically. Picks in progress finish with the configuration they started
 // with; outstanding Results keep working and their Done is unaffected. On
 // error the current configuration stays in force.
 func (p *Picker) Reconfigure(cfg Config) error {
-	env := scorer.Env{Matcher: p.opts.matcher, Estimator: p.opts.estimator}
-	c, err := compile(cfg, p.opts.registry, env)
+	c, err := p.compile(cfg)
 	if err != nil {
-		return fmt.Errorf("picker config: %w", err)
+		return err
 	}
 	p.cfg.Store(c)
 	return nil

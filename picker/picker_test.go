@@ -890,6 +890,34 @@ func TestTieBandRotates(t *testing.T) {
 	require.ErrorContains(t, p.Reconfigure(cfg), "strategy.tieBand: 2 is not in [0, 1]")
 }
 
+// TestCheckDoesNotApply: Check gives Reconfigure's verdict and leaves the
+// running configuration alone, valid or not.
+func TestCheckDoesNotApply(t *testing.T) {
+	// Queue prefers b (depth 0); kv-cache prefers a (0% used).
+	eps := []*signals.Endpoint{ep("a", 0, 5, 0), ep("b", 0, 0, 0.9)}
+	queue := Config{Scorers: []Plugin{{Name: scorer.ScorerQueue, Weight: 1}}}
+	p, _ := newPicker(t, queue, eps)
+	pick := func() string {
+		res, err := p.Pick(context.Background(), nil)
+		require.NoError(t, err)
+		res.Done(DoneInfo{})
+		return res.Endpoint.Name
+	}
+	require.Equal(t, "b", pick())
+
+	kv := Config{Scorers: []Plugin{{Name: scorer.ScorerKVCache, Weight: 1}}}
+	require.NoError(t, p.Check(kv))
+	assert.Equal(t, "b", pick(), "Check applied the configuration")
+
+	bad := Config{Scorers: []Plugin{{Name: "no-such-scorer", Weight: 1}}}
+	assert.Equal(t, p.Reconfigure(bad), p.Check(bad))
+	require.Error(t, p.Check(bad))
+	assert.Equal(t, "b", pick())
+
+	require.NoError(t, p.Reconfigure(kv))
+	assert.Equal(t, "a", pick())
+}
+
 // TestInstrumentedPickDoneAllocations holds a metered Pick and Done to the
 // allocations of an unmetered one: the per-endpoint attribute options are
 // built once, and recording them must not allocate the variadic option

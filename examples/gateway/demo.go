@@ -89,7 +89,7 @@ func runDemo(ctx context.Context, ln net.Listener, out io.Writer, log *slog.Logg
 	fmt.Fprintln(out, "The X-Inference-Pod response header names the pod that served the request. Ctrl-C stops the demo.")
 
 	go reportPods(ctx, fleet, log)
-	return run(ctx, cfg, ln, log)
+	return run(ctx, cfg, ln, log, runOptions{})
 }
 
 // demoConfig is the gateway configuration for the demo fleet: one pool

@@ -43,7 +43,7 @@ func buildConfig(yaml string) error {
 		return err
 	}
 	defer func() { _ = g.Close(context.Background()) }()
-	_, err = newLogger(cfg.LogLevel)
+	_, _, err = newLogger(cfg.LogLevel)
 	return err
 }
 

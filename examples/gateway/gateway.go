@@ -1,15 +1,20 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 
@@ -32,16 +38,57 @@ import (
 // Gateway is a built gateway: the proxy, its pools' pickers, the scraper
 // and the metrics pipeline, behind one http.Handler.
 type Gateway struct {
-	cfg      Config
 	log      *slog.Logger
+	level    *slog.LevelVar // the logger's level, set by Reload; nil when the caller's logger has its own
 	handler  http.Handler
 	proxy    *router.Proxy
 	scraper  *scrape.Scraper
 	mp       *sdkmetric.MeterProvider
-	pickers  map[string]*picker.Picker
-	eps      []*signals.Endpoint
-	indexes  []*prefix.Index
+	meter    metric.Meter
+	hasher   *prefix.Hasher
+	created  time.Time
 	registry *prometheus.Registry
+
+	// eps is every pool's endpoints, for /healthz, which reads it without
+	// the lock.
+	eps atomic.Pointer[[]*signals.Endpoint]
+
+	// mu serialises Reload and Close, and guards what they change.
+	mu    sync.Mutex
+	cfg   Config           // the configuration in force
+	pools map[string]*pool // by name
+
+	reloads      metric.Int64Counter
+	reloadOK     metric.MeasurementOption
+	reloadFailed metric.MeasurementOption
+	lastReloadOK atomic.Bool
+}
+
+// pool is one running pool: its picker, the prefix index and latency
+// predictor the picker scores with, the admission control that a reload can
+// swap, and its endpoints in configuration order.
+type pool struct {
+	cfg  PoolConfig
+	pk   *picker.Picker
+	ix   *prefix.Index
+	pred *latency.Predictor
+	adm  *admission
+	eps  []*signals.Endpoint
+}
+
+// admission is a pool's admission control, held apart from the picker so
+// that a reload can turn it on, change it or turn it off: nil admits every
+// request. Admit costs the picker one atomic load when it is off.
+type admission struct {
+	a atomic.Pointer[scorer.SLOAdmitter]
+}
+
+// Admit implements scorer.Admitter.
+func (s *admission) Admit(ctx context.Context, in *scorer.Input) (bool, string) {
+	if a := s.a.Load(); a != nil {
+		return a.Admit(ctx, in)
+	}
+	return true, ""
 }
 
 // NewGateway builds a gateway from cfg: per pool a prefix index, a TTFT
@@ -50,7 +97,7 @@ type Gateway struct {
 // provider exported in the Prometheus format on /metrics. Nothing runs
 // until Start.
 func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
-	g := &Gateway{cfg: cfg, log: log, pickers: map[string]*picker.Picker{}, registry: prometheus.NewRegistry()}
+	g := &Gateway{cfg: cfg, log: log, pools: map[string]*pool{}, registry: prometheus.NewRegistry(), created: time.Now()}
 	g.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	exp, err := otelprom.New(otelprom.WithRegisterer(g.registry))
 	if err != nil {
@@ -65,77 +112,36 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 		mpOpts = append(mpOpts, sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
 	}
 	g.mp = sdkmetric.NewMeterProvider(mpOpts...)
-	meter := g.mp.Meter("github.com/inferroute/inferroute/examples/gateway")
+	g.meter = g.mp.Meter("github.com/inferroute/inferroute/examples/gateway")
+	if err := g.initReloadMetrics(); err != nil {
+		return nil, err
+	}
 
 	upstream, err := upstreamTransport(cfg.Router)
 	if err != nil {
 		return nil, err
 	}
-	hasher := prefix.NewHasher(prefix.HashConfig{})
-	tc := router.TableConfig{Default: cfg.DefaultPool, Fallback: cfg.FallbackPool, Created: time.Now()}
+	g.hasher = prefix.NewHasher(prefix.HashConfig{})
+	var all []*signals.Endpoint
 	for _, pc := range cfg.Pools {
-		ix, err := prefix.NewIndex(prefix.IndexConfig{
-			TokensPerBlock: hasher.Config().TokenBlock, Meter: meter,
-			// Each pool's index its own series: a gauge keeps one value
-			// per attribute set.
-			Attributes: []attribute.KeyValue{attribute.String("pool", pc.Name)},
-		})
+		p, err := g.newPool(pc)
 		if err != nil {
-			return nil, err
-		}
-		g.indexes = append(g.indexes, ix)
-		pcfg := picker.DefaultConfig()
-		if pc.Picker != nil {
-			pcfg = *pc.Picker
-		}
-		halfLife := time.Duration(pcfg.StalenessHalfLife)
-		if halfLife == 0 {
-			halfLife = picker.DefaultHalfLife
-		}
-		pred := latency.New(latency.Config{HalfLife: halfLife})
-		opts := []picker.Option{
-			picker.WithLogger(log.With("pool", pc.Name)),
-			picker.WithMeterProvider(g.mp),
-			picker.WithPrefixMatcher(ix),
-			picker.WithLatencyEstimator(pred),
-		}
-		if pc.Admission != nil {
-			adm, err := scorer.NewSLOAdmitter(pc.Admission.params(), scorer.Env{HalfLife: halfLife, Matcher: ix, Estimator: pred})
-			if err != nil {
-				return nil, fmt.Errorf("pool %q: admission: %w", pc.Name, err)
-			}
-			opts = append(opts, picker.WithAdmitter(adm))
-		}
-		pk, err := picker.New(pcfg, opts...)
-		if err != nil {
+			g.closePools()
 			return nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 		}
-		var eps []*signals.Endpoint
-		for _, ec := range pc.Endpoints {
-			metricsURL := ec.MetricsURL
-			if metricsURL == "" && cfg.Router.UpstreamScheme == "https" {
-				metricsURL = "https://" + ec.Address + "/metrics"
-			}
-			eps = append(eps, signals.NewEndpoint(signals.EndpointSpec{
-				Name: ec.Name, Address: ec.Address, MetricsURL: metricsURL, Engine: ec.Engine,
-				Model: ec.Model, Adapters: ec.Adapters, Labels: ec.Labels,
-			}))
-		}
-		pk.SetEndpoints(eps)
-		g.eps = append(g.eps, eps...)
-		g.pickers[pc.Name] = pk
-		tc.Pools = append(tc.Pools, router.PoolConfig{
-			Name: pc.Name, Picker: pk, Models: pc.Models, Adapters: pc.Adapters, Aliases: pc.Aliases,
-		})
+		g.pools[pc.Name] = p
+		all = append(all, p.eps...)
 	}
-	table, err := router.NewTable(tc)
+	g.eps.Store(&all)
+	table, err := g.table(cfg)
 	if err != nil {
+		g.closePools()
 		return nil, err
 	}
 	g.proxy, err = router.NewProxy(table, router.Config{
 		Transport:         upstream,
 		UpstreamScheme:    cfg.Router.UpstreamScheme,
-		Hasher:            hasher,
+		Hasher:            g.hasher,
 		MaxBodyBytes:      cfg.Router.MaxBodyBytes,
 		MaxRetries:        cfg.Router.MaxRetries,
 		UpstreamTimeout:   time.Duration(cfg.Router.UpstreamTimeout),
@@ -146,6 +152,7 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 		MeterProvider:     g.mp,
 	})
 	if err != nil {
+		g.closePools()
 		return nil, err
 	}
 	if !cfg.Scrape.Disabled {
@@ -160,9 +167,10 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 			FailureThreshold: cfg.Scrape.FailureThreshold,
 		}, opts...)
 		if err != nil {
+			g.closePools()
 			return nil, err
 		}
-		g.scraper.SetEndpoints(g.eps)
+		g.scraper.SetEndpoints(all)
 	}
 	metrics := promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{})
 	// Two fixed paths and the proxy for the rest: a switch rather than an
@@ -183,6 +191,135 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 	return g, nil
 }
 
+// newPool builds a pool from pc: its prefix index (with its own series of
+// the index gauges), latency predictor, admission control and picker, over
+// new endpoints.
+func (g *Gateway) newPool(pc PoolConfig) (*pool, error) {
+	ix, err := prefix.NewIndex(prefix.IndexConfig{
+		TokensPerBlock: g.hasher.Config().TokenBlock, Meter: g.meter,
+		// Each pool's index its own series: a gauge keeps one value
+		// per attribute set.
+		Attributes: []attribute.KeyValue{attribute.String("pool", pc.Name)},
+	})
+	if err != nil {
+		return nil, err
+	}
+	pcfg := pickerConfig(pc)
+	p := &pool{cfg: pc, ix: ix, adm: &admission{}}
+	p.pred = latency.New(latency.Config{HalfLife: halfLife(pcfg)})
+	adm, err := p.admitter(pc.Admission, pcfg)
+	if err != nil {
+		_ = ix.Close()
+		return nil, err
+	}
+	p.adm.a.Store(adm)
+	p.pk, err = picker.New(pcfg,
+		picker.WithLogger(g.log.With("pool", pc.Name)),
+		picker.WithMeterProvider(g.mp),
+		picker.WithPrefixMatcher(ix),
+		picker.WithLatencyEstimator(p.pred),
+		picker.WithAdmitter(p.adm),
+	)
+	if err != nil {
+		_ = ix.Close()
+		return nil, err
+	}
+	p.eps = g.endpoints(pc, nil)
+	p.pk.SetEndpoints(p.eps)
+	return p, nil
+}
+
+// pickerConfig is pc's picker configuration: picker.DefaultConfig() when
+// the pool gives none.
+func pickerConfig(pc PoolConfig) picker.Config {
+	if pc.Picker != nil {
+		return *pc.Picker
+	}
+	return picker.DefaultConfig()
+}
+
+// halfLife is the staleness half-life cfg gives its scorers, which the
+// pool's predictor and admission control use too.
+func halfLife(cfg picker.Config) time.Duration {
+	if hl := time.Duration(cfg.StalenessHalfLife); hl > 0 {
+		return hl
+	}
+	return picker.DefaultHalfLife
+}
+
+// admitter builds the admission control ac asks for, reading p's index and
+// predictor; nil (admit everything) when ac is nil.
+func (p *pool) admitter(ac *AdmissionConfig, pcfg picker.Config) (*scorer.SLOAdmitter, error) {
+	if ac == nil {
+		return nil, nil
+	}
+	a, err := scorer.NewSLOAdmitter(ac.params(), scorer.Env{HalfLife: halfLife(pcfg), Matcher: p.ix, Estimator: p.pred})
+	if err != nil {
+		return nil, fmt.Errorf("admission: %w", err)
+	}
+	return a, nil
+}
+
+// endpoints returns pc's endpoints, in configuration order: those of old
+// whose name and settings are unchanged, with their live state (scraped
+// metrics, requests in flight, health), and new ones for the rest.
+func (g *Gateway) endpoints(pc PoolConfig, old []*signals.Endpoint) []*signals.Endpoint {
+	byName := make(map[string]*signals.Endpoint, len(old))
+	for _, ep := range old {
+		byName[ep.Name] = ep
+	}
+	eps := make([]*signals.Endpoint, 0, len(pc.Endpoints))
+	for _, ec := range pc.Endpoints {
+		spec := g.spec(ec)
+		if ep := byName[spec.Name]; ep != nil && sameSpec(ep.EndpointSpec, spec) {
+			eps = append(eps, ep)
+			continue
+		}
+		eps = append(eps, signals.NewEndpoint(spec))
+	}
+	return eps
+}
+
+// spec is the endpoint ec describes. Its name defaults to its address.
+func (g *Gateway) spec(ec EndpointConfig) signals.EndpointSpec {
+	metricsURL := ec.MetricsURL
+	if metricsURL == "" && g.cfg.Router.UpstreamScheme == "https" {
+		metricsURL = "https://" + ec.Address + "/metrics"
+	}
+	return signals.EndpointSpec{
+		Name: cmp.Or(ec.Name, ec.Address), Address: ec.Address, MetricsURL: metricsURL, Engine: ec.Engine,
+		Model: ec.Model, Adapters: ec.Adapters, Labels: ec.Labels,
+	}
+}
+
+// sameSpec reports whether a and b describe the same endpoint. Adapters
+// nil (unknown, any may be loaded) and empty (none) differ.
+func sameSpec(a, b signals.EndpointSpec) bool {
+	return a.Name == b.Name && a.Address == b.Address && a.MetricsURL == b.MetricsURL &&
+		a.Engine == b.Engine && a.Model == b.Model &&
+		(a.Adapters == nil) == (b.Adapters == nil) && slices.Equal(a.Adapters, b.Adapters) &&
+		maps.Equal(a.Labels, b.Labels)
+}
+
+// table builds the routing table of cfg's pools, which must all be in
+// g.pools.
+func (g *Gateway) table(cfg Config) (*router.Table, error) {
+	tc := router.TableConfig{Default: cfg.DefaultPool, Fallback: cfg.FallbackPool, Created: g.created}
+	for _, pc := range cfg.Pools {
+		tc.Pools = append(tc.Pools, router.PoolConfig{
+			Name: pc.Name, Picker: g.pools[pc.Name].pk, Models: pc.Models, Adapters: pc.Adapters, Aliases: pc.Aliases,
+		})
+	}
+	return router.NewTable(tc)
+}
+
+// closePools closes the pools' indexes (their gauges' callbacks).
+func (g *Gateway) closePools() {
+	for _, p := range g.pools {
+		_ = p.ix.Close()
+	}
+}
+
 // Handler returns the gateway's HTTP handler: /healthz, /metrics and the
 // proxy for everything else.
 func (g *Gateway) Handler() http.Handler { return g.handler }
@@ -195,7 +332,7 @@ func (g *Gateway) Handler() http.Handler { return g.handler }
 // from the requests it sends, and 200 means no endpoint has failed to
 // connect since it last answered.
 func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {
-	for _, ep := range g.eps {
+	for _, ep := range *g.eps.Load() {
 		if ep.Healthy() && (g.scraper == nil || ep.Metrics() != nil) {
 			_, _ = w.Write([]byte("ok\n"))
 			return
@@ -217,24 +354,39 @@ func (g *Gateway) Close(ctx context.Context) error {
 	if g.scraper != nil {
 		g.scraper.Stop()
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	var errs []error
-	for _, ix := range g.indexes {
-		errs = append(errs, ix.Close())
+	for _, p := range g.pools {
+		errs = append(errs, p.ix.Close())
 	}
 	errs = append(errs, g.mp.Shutdown(ctx))
 	return errors.Join(errs...)
 }
 
+// runOptions are run's optional parts; the zero value runs without
+// reloads.
+type runOptions struct {
+	// level is the logger's level, which a reload's logLevel sets; nil
+	// leaves the logger as it is.
+	level *slog.LevelVar
+	// reloads delivers the configurations to apply (Gateway.Reload), or
+	// why one could not be read; nil delivers none.
+	reloads <-chan configLoad
+}
+
 // run serves the gateway described by cfg on ln until ctx ends, then shuts
 // down gracefully: it stops accepting connections, lets requests and
 // streams in flight finish for up to cfg.DrainTimeout, and stops the
-// scraper. It returns nil after a clean drain. A demo mode (or a test) can
-// call it with its own listener and configuration.
-func run(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) error {
+// scraper. Meanwhile it applies each configuration opts.reloads delivers.
+// It returns nil after a clean drain. A demo mode (or a test) can call it
+// with its own listener and configuration.
+func run(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger, opts runOptions) error {
 	g, err := NewGateway(cfg, log)
 	if err != nil {
 		return err
 	}
+	g.level = opts.level
 	if err := g.Start(ctx); err != nil {
 		return err
 	}
@@ -246,12 +398,22 @@ func run(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) err
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("gateway listening", "address", ln.Addr().String(), "pools", len(cfg.Pools), "endpoints", len(g.eps))
-	select {
-	case err := <-errc:
-		_ = g.Close(context.Background())
-		return err
-	case <-ctx.Done():
+	log.Info("gateway listening", "address", ln.Addr().String(), "pools", len(cfg.Pools), "endpoints", len(*g.eps.Load()))
+serving:
+	for {
+		select {
+		case err := <-errc:
+			_ = g.Close(context.Background())
+			return err
+		case l := <-opts.reloads:
+			if l.err != nil {
+				g.loadFailed(fmt.Errorf("reading the configuration: %w", l.err))
+				continue
+			}
+			_ = g.Reload(l.cfg) // logged and counted
+		case <-ctx.Done():
+			break serving
+		}
 	}
 	log.Info("draining", "timeout", time.Duration(cfg.DrainTimeout).String())
 	dctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.DrainTimeout))

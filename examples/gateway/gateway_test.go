@@ -110,7 +110,7 @@ func startGateway(t *testing.T, yaml string) (string, func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	go func() { done <- run(ctx, cfg, ln, log) }()
+	go func() { done <- run(ctx, cfg, ln, log, runOptions{}) }()
 	var stopped atomic.Bool
 	stop := func() error {
 		cancel()

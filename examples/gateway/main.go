@@ -5,7 +5,12 @@
 //
 // Usage:
 //
-//	gateway -config gateway.yaml [-listen addr] [-pprof addr] [-gogc 400]
+//	gateway -config gateway.yaml [-listen addr] [-watch 10s] [-pprof addr] [-gogc 400]
+//
+// SIGHUP reloads the configuration file, and with -watch so does a change
+// of its content, checked that often: pools, models, endpoints, picker
+// weights, admission and the log level change in place, all or nothing
+// (see Gateway.Reload). SIGINT or SIGTERM drains and stops.
 //
 // The garbage collector runs at -gogc percent heap growth (400 by default,
 // unless the GOGC environment variable is set): the gateway's live heap is
@@ -48,6 +53,7 @@ func mainErr() error {
 	listen := flag.String("listen", "", "listen address, overriding the configuration's")
 	pprofAddr := flag.String("pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060); off when empty")
 	gogc := flag.Int("gogc", 400, "garbage collection target percentage, unless GOGC is set in the environment")
+	watch := flag.Duration("watch", 0, "check the configuration file this often and apply it when it changed (0: only on SIGHUP)")
 	flag.Parse()
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(*gogc)
@@ -67,9 +73,12 @@ func mainErr() error {
 	if *listen != "" {
 		cfg.Listen = *listen
 	}
-	log, err := newLogger(cfg.LogLevel)
+	log, level, err := newLogger(cfg.LogLevel)
 	if err != nil {
 		return err
+	}
+	if *watch < 0 {
+		return fmt.Errorf("-watch %v is negative", *watch)
 	}
 	ctx, stop := signalContext()
 	defer stop()
@@ -77,7 +86,18 @@ func mainErr() error {
 	if err != nil {
 		return err
 	}
-	return run(ctx, cfg, ln, log)
+	// SIGHUP reloads the configuration (Gateway.Reload) instead of ending
+	// the process; so does a changed file with -watch.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	loads := make(chan configLoad)
+	go watchConfig(ctx, *path, *watch, hup, func(c *Config) {
+		if *listen != "" {
+			c.Listen = *listen
+		}
+	}, loads)
+	return run(ctx, cfg, ln, log, runOptions{level: level, reloads: loads})
 }
 
 // signalContext returns a context that the first SIGINT or SIGTERM
@@ -93,12 +113,14 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return ctx, stop
 }
 
-func newLogger(level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("logLevel: %w", err)
+// newLogger returns the gateway's JSON logger on stderr at level, and the
+// variable that sets its level, which a reload changes.
+func newLogger(level string) (*slog.Logger, *slog.LevelVar, error) {
+	v := new(slog.LevelVar)
+	if err := v.UnmarshalText([]byte(level)); err != nil {
+		return nil, nil, fmt.Errorf("logLevel: %w", err)
 	}
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: v})), v, nil
 }
 
 // servePprof serves the runtime profiles of net/http/pprof on their own
