@@ -12,7 +12,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
+	"github.com/inferroute/inferroute/internal/metrictest"
 	"github.com/inferroute/inferroute/scorer"
 	"github.com/inferroute/inferroute/signals"
 	"github.com/inferroute/inferroute/signals/prefix"
@@ -442,4 +444,52 @@ func TestOutcomeCarriesDispatchGeneration(t *testing.T) {
 	assert.Equal(t, 1.0, cached(), "the late failure took away the placement of the request in flight")
 	fresh.Done(DoneInfo{TTFT: time.Millisecond})
 	assert.Equal(t, 1.0, cached())
+}
+
+// TestAssignFeedsTheSignals: a request sent to an endpoint without a pick
+// (a router's retry on a fallback) is accounted as a pick's: in flight and
+// prefilling on that endpoint until FirstToken and Done, less the share
+// of the prompt cached there, and recorded by the prefix index, so that
+// the next request with the prompt goes where it was served.
+func TestAssignFeedsTheSignals(t *testing.T) {
+	a, b := ep("a", 0, 0, 0), ep("b", 0, 0, 0)
+	ix, err := prefix.NewIndex(prefix.IndexConfig{Stride: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, ix.Close()) })
+	reader := sdkmetric.NewManualReader()
+	p, _ := newPicker(t, Config{Scorers: []Plugin{{Name: scorer.ScorerPrefix, Weight: 1}}}, []*signals.Endpoint{a, b},
+		WithPrefixMatcher(ix), WithLatencyEstimator(signals.NoLatencyEstimator{}),
+		WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	req := &signals.Request{PromptBlocks: []uint64{0x11, 0x22, 0x33, 0x44}, PromptTokens: 64}
+
+	res := p.Assign(context.Background(), req, b)
+	require.Same(t, b, res.Endpoint)
+	assert.Empty(t, res.Fallbacks)
+	assert.Equal(t, 0, res.Breakdown.Len())
+	assert.Equal(t, int64(1), b.InFlight())
+	assert.Equal(t, int64(64), b.InFlightTokens(), "nothing of the prompt is cached on b yet")
+	n, tokens := b.Prefilling()
+	assert.Equal(t, [2]int64{1, 64}, [2]int64{n, tokens})
+	res.FirstToken()
+	n, tokens = b.Prefilling()
+	assert.Equal(t, [2]int64{0, 0}, [2]int64{n, tokens}, "FirstToken ends the prefill")
+	res.Done(DoneInfo{TTFT: time.Millisecond})
+	res.Done(DoneInfo{Err: errors.New("a second Done is a no-op")})
+	assert.Equal(t, int64(0), b.InFlight())
+	assert.Equal(t, int64(0), a.InFlight())
+
+	for range 5 {
+		next, err := p.Pick(context.Background(), req)
+		require.NoError(t, err)
+		assert.Same(t, b, next.Endpoint, "the prompt is cached where the assigned request was served")
+		next.Done(DoneInfo{})
+	}
+	again := p.Assign(context.Background(), req, b)
+	assert.Equal(t, int64(0), b.InFlightTokens(), "the whole prompt is cached on b now")
+	again.Done(DoneInfo{})
+
+	got := metrictest.Collect(t, reader)
+	assert.Equal(t, int64(7), got["inferroute.picks{endpoint=b}"], "five picks and two assignments to b")
+	assert.Zero(t, got["inferroute.picks{endpoint=a}"])
+	assert.Equal(t, int64(5), got["inferroute.pick.duration"], "assignments are not picks' durations")
 }

@@ -327,18 +327,8 @@ func (p *Picker) Pick(ctx context.Context, req *signals.Request) (Result, error)
 	rec.fallbacks = rankFallbacks(rec.fallbacks[:0], in.Endpoints, total, best, cfg.fallbacks)
 	rec.eps = in.Endpoints
 	p.releaseInput(rec)
-
+	p.dispatch(rec, rec.cached[best], now)
 	ep := rec.ep
-	rec.mark = ep.HealthMark()
-	rec.epGen = ep.Generation()
-	rec.tokens = int(float64(req.PromptTokens) * (1 - rec.cached[best]))
-	ep.Dispatch(rec.tokens)
-	ep.StartPrefill(rec.tokens)
-	ep.NoteDispatch(now)
-	ep.NoteAdapter(req.Adapter, now)
-	for _, o := range p.observers {
-		o.Dispatched(req, ep)
-	}
 
 	if span != nil && span.IsRecording() {
 		p.annotate(span, rec, best)
@@ -350,16 +340,74 @@ func (p *Picker) Pick(ctx context.Context, req *signals.Request) (Result, error)
 		l.LogAttrs(ctx, slog.LevelDebug, "picked", slog.String("endpoint", ep.Name),
 			slog.Int("candidates", n), slog.Float64("score", total[best]), slog.String("request", req.ID))
 	}
+	return rec.result(), nil
+}
 
+// dispatch accounts rec's request as sent to rec.ep, of whose prompt the
+// fraction cached is in the endpoint's prefix cache: its in-flight and
+// prefill counters, its dispatch and adapter notes, and the observers.
+func (p *Picker) dispatch(rec *record, cached float64, now time.Time) {
+	ep, req := rec.ep, rec.req
+	rec.mark = ep.HealthMark()
+	rec.epGen = ep.Generation()
+	rec.tokens = int(float64(req.PromptTokens) * (1 - cached))
+	ep.Dispatch(rec.tokens)
+	ep.StartPrefill(rec.tokens)
+	ep.NoteDispatch(now)
+	ep.NoteAdapter(req.Adapter, now)
+	for _, o := range p.observers {
+		o.Dispatched(req, ep)
+	}
+}
+
+// result hands out the dispatched rec as a Result.
+func (rec *record) result() Result {
 	gen := rec.gen.Load()
 	rec.prefill.Store(gen + 1)
 	return Result{
 		tokens:    rec.tokens,
-		Endpoint:  ep,
+		Endpoint:  rec.ep,
 		Fallbacks: rec.fallbacks,
 		Done:      func(info DoneInfo) { rec.finish(gen, info) },
 		Breakdown: Breakdown{rec: rec, gen: gen},
-	}, nil
+	}
+}
+
+// Assign accounts req as sent to ep without a pick: a retry on one of a
+// Result's fallbacks, or on an endpoint the caller chose itself. ep is
+// dispatched as Pick dispatches its choice, so the signals learn of the
+// request: its in-flight and prefill counters (less the share of the
+// prompt the prefix matcher finds cached on ep), the observers (the prefix
+// index records the prompt on ep, the latency predictor times it) and the
+// picker's counts. No filter, scorer or admission check runs, and ep need
+// not be one of the picker's endpoints. The Result's Done and FirstToken
+// behave as a pick's, and Done must be called exactly once; it has no
+// Fallbacks and an empty Breakdown. A nil req is treated as a zero
+// Request, a nil ep is a programming error (Assign panics).
+func (p *Picker) Assign(ctx context.Context, req *signals.Request, ep *signals.Endpoint) Result {
+	if ep == nil {
+		panic("picker: Assign with a nil endpoint")
+	}
+	if req == nil {
+		req = &zeroRequest
+	}
+	now := p.opts.clock.Now()
+	rec := p.records.Get().(*record)
+	rec.cfg = p.cfg.Load()
+	rec.req, rec.ep = req, ep
+	rec.n, rec.eps, rec.fallbacks = 0, nil, rec.fallbacks[:0]
+	cached := 0.0
+	if p.opts.matcher != nil && len(req.PromptBlocks) > 0 {
+		rec.grow(1, 0)
+		rec.cands = append(rec.cands[:0], ep)
+		p.opts.matcher.Match(req, rec.cands[:1], rec.cached[:1])
+		cached = scorer.Clamp01(rec.cached[0]) // also NaN
+	}
+	p.dispatch(rec, cached, now)
+	if p.inst.enabled {
+		p.inst.counts(ep).picked.Add(1)
+	}
+	return rec.result()
 }
 
 func (p *Picker) fail(ctx context.Context, now time.Time, e *Error) (Result, error) {

@@ -42,9 +42,13 @@
 // (ErrUpstreamProtocol), a 5xx status or a 429 (a model server turning
 // the request away, overloaded) before any byte reached the client it
 // retries on the pick's fallbacks (bounded by
-// Config.MaxRetries), reporting each failed endpoint, and when every
+// Config.MaxRetries), and when every
 // endpoint tried failed to connect it asks the picker once more (not when
-// MaxRetries is negative). A connect error marks the endpoint down at
+// MaxRetries is negative). Each attempt is accounted by the pool's picker
+// (picker.Picker.Assign for a fallback) and gets its own Done with its own
+// outcome, so the signals learn of the retry as of a pick: the prefix
+// index records the prompt where it was served, the latency model times
+// the fallback's first token. A connect error marks the endpoint down at
 // once; malformed responses and 5xx answers do only when they come in a
 // row (signals.Endpoint.ReportProtocolError and ReportServerError), so
 // that a pod whose engine died behind a live HTTP server, which answers

@@ -261,7 +261,7 @@ type call struct {
 	fb      firstByte
 	h1req   h1Request
 	pick    picker.Result // the pick being forwarded, for FirstToken
-	again   picker.Result // the second pick, when every ranked target failed
+	again   picker.Result // a retry's: a fallback's assignment, or the second pick when every ranked target failed
 	// buffered: the response body came whole, not as an SSE stream, so
 	// its first byte (the TTFT measured) followed its last token.
 	buffered bool
@@ -606,7 +606,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 				if next == nil {
 					break
 				}
-				res2 = picker.Result{Done: dispatchDirect(next, c.req.PromptTokens)}
+				res2 = c.route.Pool.Picker.Assign(ctx, &c.req, next)
 			}
 			c.again, repicked = res2, len(targets)
 			targets = append(targets, next)
@@ -624,8 +624,12 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 			// than sent traffic it cannot serve.
 			continue
 		} else if i > 0 {
+			// The picker accounts the retry as it accounts its own
+			// choices, so that the prefix index learns where the prompt
+			// went and the latency model what its first token took.
 			p.inst.retry(ctx, c)
-			done, first = dispatchDirect(ep, c.req.PromptTokens), nil
+			c.again = c.route.Pool.Picker.Assign(ctx, &c.req, ep)
+			done, first = c.again.Done, &c.again
 		}
 		t0 := p.clock.Now()
 		resp, err := p.roundTrip(ctx, r, c, ep)
@@ -693,27 +697,6 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 
 // errNotSent is the outcome reported for a pick that a retry did not use.
 var errNotSent = errors.New("inferroute router: pick not used by the retry")
-
-// dispatchDirect accounts a retry on a fallback endpoint, which the picker
-// did not dispatch, and returns its Done: the in-flight counters are
-// released and the endpoint's health updated like the picker's own Done.
-func dispatchDirect(ep *signals.Endpoint, tokens int) func(signals.Outcome) {
-	mark := ep.HealthMark()
-	ep.Dispatch(tokens)
-	var once atomic.Bool
-	return func(o signals.Outcome) {
-		if !once.CompareAndSwap(false, true) {
-			return
-		}
-		ep.Complete(tokens)
-		switch {
-		case o.ConnectError:
-			ep.ReportConnectError()
-		case o.Err == nil:
-			ep.ReportSuccess(mark)
-		}
-	}
-}
 
 // roundTrip sends one attempt. On success c.cancel must be called once the
 // response is consumed.

@@ -13,13 +13,16 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inferroute/inferroute/picker"
 	"github.com/inferroute/inferroute/signals"
+	"github.com/inferroute/inferroute/signals/prefix"
 )
 
 // edgeChat is a minimal chat completion request for the base model.
@@ -455,14 +458,18 @@ func TestProxyClientDisconnectMidSSE(t *testing.T) {
 }
 
 // TestProxyConcurrentMixed runs many concurrent requests mixing success,
-// 5xx retries and SSE, under -race, and checks one Done per pick.
+// 5xx retries and SSE, under -race, and checks one Done per attempt: the
+// pick's and, after each 503, its retry's.
 func TestProxyConcurrentMixed(t *testing.T) {
 	var mu sync.Mutex
-	n500 := 0
+	n500, failed := 0, 0
 	flaky, _ := backend(t, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		n500++
 		odd := n500%2 == 1
+		if odd {
+			failed++
+		}
 		mu.Unlock()
 		if odd {
 			jsonHandler(503, []byte(`{"error":{}}`), nil)(w, r)
@@ -490,11 +497,15 @@ func TestProxyConcurrentMixed(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for range n {
+	mu.Lock()
+	attempts := n + failed // each 503 retried once, on the healthy fallback
+	mu.Unlock()
+	require.Positive(t, failed)
+	for range attempts {
 		e.rec.next(t)
 	}
 	time.Sleep(50 * time.Millisecond)
-	assert.Equal(t, n, e.rec.count())
+	assert.Equal(t, attempts, e.rec.count())
 	e.requireIdle(t)
 }
 
@@ -644,7 +655,7 @@ func TestProxyTimeoutDoesNotCutStream(t *testing.T) {
 }
 
 // TestProxyTimeoutOnFallback: the primary answers 503, the fallback never
-// answers: 504 and one Done.
+// answers: 504, and one Done for each attempt.
 func TestProxyTimeoutOnFallback(t *testing.T) {
 	bad, _ := backend(t, jsonHandler(503, []byte(`{}`), nil))
 	block := make(chan struct{})
@@ -658,9 +669,14 @@ func TestProxyTimeoutOnFallback(t *testing.T) {
 	e := newEnv(t, Config{UpstreamTimeout: 50 * time.Millisecond}, bad, slow)
 	r := e.post(t, "/v1/chat/completions", edgeChat, nil)
 	requireAPIError(t, r, 504, "upstream_timeout")
-	e.rec.next(t)
+	o := e.rec.next(t)
+	assert.Equal(t, "ep0", o.ep)
+	assert.ErrorIs(t, o.out.Err, ErrUpstreamStatus)
+	o = e.rec.next(t)
+	assert.Equal(t, "ep1", o.ep)
+	assert.ErrorIs(t, o.out.Err, ErrUpstreamTimeout)
 	time.Sleep(50 * time.Millisecond)
-	assert.Equal(t, 1, e.rec.count())
+	assert.Equal(t, 2, e.rec.count())
 	e.requireIdle(t)
 }
 
@@ -684,13 +700,22 @@ func TestProxySSE5xxRetried(t *testing.T) {
 }
 
 // TestProxyRepickDoneOnce: every ranked target refuses connections and
-// the second pick also fails: each pick gets exactly one Done.
+// the second pick's choice too: each attempt (the pick, its two
+// fallbacks, the second pick) gets exactly one Done, a connect error on
+// its own endpoint.
 func TestProxyRepickDoneOnce(t *testing.T) {
 	e := newEnv(t, Config{}, deadAddr(t), deadAddr(t), deadAddr(t), deadAddr(t))
 	r := e.post(t, "/v1/chat/completions", edgeChat, nil)
 	requireAPIError(t, r, 502, "upstream_unreachable")
+	var eps []string
+	for range 4 {
+		o := e.rec.next(t)
+		assert.True(t, o.out.ConnectError)
+		eps = append(eps, o.ep)
+	}
+	assert.Equal(t, []string{"ep0", "ep1", "ep2", "ep3"}, eps)
 	time.Sleep(50 * time.Millisecond)
-	assert.LessOrEqual(t, e.rec.count(), 2, "at most two picks")
+	assert.Equal(t, 4, e.rec.count())
 	e.requireIdle(t)
 }
 
@@ -738,7 +763,7 @@ func TestProxyRequestTargetInjection(t *testing.T) {
 
 // TestProxyRetryChain: connect error, then 500, then success: the
 // client gets the success, the refused endpoint is marked down, the one
-// that answered 500 is not, and the pick gets one Done.
+// that answered 500 is not, and each attempt gets one Done.
 func TestProxyRetryChain(t *testing.T) {
 	bad, gotBad := backend(t, jsonHandler(500, []byte(`{"error":{"message":"boom"}}`), nil))
 	good, gotGood := backend(t, jsonHandler(200, []byte(`{"usage":{"prompt_tokens":2,"completion_tokens":3}}`), nil))
@@ -751,8 +776,15 @@ func TestProxyRetryChain(t *testing.T) {
 	o := e.rec.next(t)
 	assert.Equal(t, "ep0", o.ep)
 	assert.True(t, o.out.ConnectError)
+	o = e.rec.next(t)
+	assert.Equal(t, "ep1", o.ep)
+	assert.ErrorIs(t, o.out.Err, ErrUpstreamStatus)
+	o = e.rec.next(t)
+	assert.Equal(t, "ep2", o.ep)
+	assert.NoError(t, o.out.Err)
+	assert.Equal(t, 3, o.out.CompletionTokens, "the usage of the answer served")
 	time.Sleep(50 * time.Millisecond)
-	assert.Equal(t, 1, e.rec.count())
+	assert.Equal(t, 3, e.rec.count())
 	assert.False(t, e.eps[0].Healthy())
 	assert.True(t, e.eps[1].Healthy())
 	assert.True(t, e.eps[2].Healthy())
@@ -992,6 +1024,9 @@ func TestProxyMalformedResponse(t *testing.T) {
 				assert.Equal(t, "ep0", o.ep)
 				assert.ErrorIs(t, o.out.Err, ErrUpstreamProtocol)
 				assert.False(t, o.out.ConnectError, "it answered")
+				o = e.rec.next(t)
+				assert.Equal(t, "ep1", o.ep, "the fallback's Done")
+				assert.NoError(t, o.out.Err)
 				require.True(t, e.eps[0].Healthy(), "after %d malformed answers", i)
 				assert.Equal(t, gen, e.eps[0].Generation(), "its cache is not forgotten")
 				e.requireIdle(t)
@@ -1000,6 +1035,7 @@ func TestProxyMalformedResponse(t *testing.T) {
 			_ = r.Body.Close()
 			require.Equal(t, 200, r.StatusCode)
 			served()
+			e.rec.next(t)
 			e.rec.next(t)
 			assert.False(t, e.eps[0].Healthy(), "%d in a row mark it down", signals.ProtocolErrorThreshold)
 			assert.True(t, e.eps[1].Healthy())
@@ -1032,4 +1068,65 @@ func TestProxyMalformedResponse(t *testing.T) {
 		assert.True(t, e.eps[0].Healthy(), "one bad answer does not take the only endpoint down")
 		e.requireIdle(t)
 	})
+}
+
+// TestProxyRetryTeachesThePrefixIndex: a request that the ranked first
+// endpoint turned away (503) and a fallback served leaves its prompt in
+// the prefix index on the fallback, where the model server now caches it,
+// so that the next request with the prompt goes there although the rank
+// still prefers the first. Before retries were accounted by the picker,
+// the index knew nothing of the fallback's copy and the next request went
+// back to the first endpoint, to prefill the prompt again.
+func TestProxyRetryTeachesThePrefixIndex(t *testing.T) {
+	var turnedAway atomic.Bool
+	first, gotFirst := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		if !turnedAway.Swap(true) {
+			jsonHandler(503, []byte(`{"error":{}}`), nil)(w, r)
+			return
+		}
+		jsonHandler(200, []byte(`{}`), nil)(w, r)
+	})
+	second, gotSecond := backend(t, jsonHandler(200, []byte(`{}`), nil))
+	ix, err := prefix.NewIndex(prefix.IndexConfig{})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, ix.Close()) })
+	fallbacks := 1
+	pk, err := picker.New(picker.Config{
+		Scorers:   []picker.Plugin{{Name: "rank", Weight: 1}, {Name: "prefix", Weight: 5}},
+		Fallbacks: &fallbacks,
+	}, picker.WithRegistry(rankRegistry(t)), picker.WithPrefixMatcher(ix),
+		picker.WithLatencyEstimator(signals.NoLatencyEstimator{}))
+	require.NoError(t, err)
+	eps := []*signals.Endpoint{
+		signals.NewEndpoint(signals.EndpointSpec{Name: "first", Address: first, Labels: map[string]string{"rank": "2"}}),
+		signals.NewEndpoint(signals.EndpointSpec{Name: "second", Address: second, Labels: map[string]string{"rank": "1"}}),
+	}
+	pk.SetEndpoints(eps)
+	tab, err := NewTable(TableConfig{Pools: []PoolConfig{{Name: "llama", Picker: pk, Models: []string{baseModel}}}})
+	require.NoError(t, err)
+	px, err := NewProxy(tab, Config{})
+	require.NoError(t, err)
+	front := httptest.NewServer(px)
+	t.Cleanup(front.Close)
+
+	prompt := strings.Repeat("Summarise the quarterly report for the board. ", 40)
+	body := `{"model":"` + baseModel + `","messages":[{"role":"user","content":"` + prompt + `"}]}`
+	post := func() {
+		t.Helper()
+		r, err := front.Client().Post(front.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, r.Body)
+		_ = r.Body.Close()
+		require.Equal(t, 200, r.StatusCode)
+	}
+	post()
+	require.Len(t, gotFirst, 1, "the first endpoint turned the request away")
+	require.Len(t, gotSecond, 1, "the fallback served it")
+	<-gotFirst
+	<-gotSecond
+	for range 3 {
+		post()
+	}
+	assert.Len(t, gotSecond, 3, "the prompt's next requests go where it is cached")
+	assert.Empty(t, gotFirst)
 }

@@ -412,13 +412,16 @@ func TestProxyRetries(t *testing.T) {
 		require.Equal(t, 200, r.StatusCode)
 		<-got
 		o := e.rec.next(t)
-		assert.Equal(t, "ep0", o.ep, "Done reports the failed primary")
+		assert.Equal(t, "ep0", o.ep, "the pick's Done reports the failed primary")
 		assert.True(t, o.out.ConnectError)
 		assert.Error(t, o.out.Err)
+		o = e.rec.next(t)
+		assert.Equal(t, "ep1", o.ep, "the retry's Done reports the fallback that served")
+		assert.NoError(t, o.out.Err)
 		assert.False(t, e.eps[0].Healthy(), "a refused connection marks the endpoint down")
 		assert.True(t, e.eps[1].Healthy())
 		e.requireIdle(t)
-		assert.Equal(t, 1, e.rec.count(), "exactly one Done per pick")
+		assert.Equal(t, 2, e.rec.count(), "exactly one Done per attempt")
 	})
 	// A 5xx, or a 429 with which an overloaded server (TGI past
 	// --max-concurrent-requests) turns a request away unserved, is retried
@@ -437,8 +440,12 @@ func TestProxyRetries(t *testing.T) {
 			assert.Equal(t, "ep0", o.ep)
 			assert.ErrorIs(t, o.out.Err, ErrUpstreamStatus)
 			assert.False(t, o.out.ConnectError)
+			o = e.rec.next(t)
+			assert.Equal(t, "ep1", o.ep)
+			assert.NoError(t, o.out.Err)
 			assert.True(t, e.eps[0].Healthy(), "an error status is not a connect error")
 			e.requireIdle(t)
+			assert.Equal(t, 2, e.rec.count(), "exactly one Done per attempt")
 		})
 	}
 	t.Run("a pod answering 5xx to everything is taken out of rotation", func(t *testing.T) {
