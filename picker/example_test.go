@@ -69,7 +69,7 @@ func Example_readme() {
 	if err != nil {
 		log.Fatal(err) // errors.Is(err, picker.ErrNoEndpoints) → 503, picker.ErrSaturated → 429
 	}
-	// ... send the request to res.Endpoint.Address, retry on res.Fallbacks ...
+	// ... send the request to res.Endpoint.Address; account a retry on res.Fallbacks with p.Assign ...
 	fmt.Println(len(res.Fallbacks), "fallback")
 	res.FirstToken() // when the first response byte arrives
 	ttft, total := 150*time.Millisecond, 3*time.Second

@@ -172,7 +172,8 @@ type EndpointConfig struct {
 // fields, a second document and values that would quietly turn a
 // protection off or never work are errors naming the field (a negative
 // timeout or limit, an endpoint address that is not host:port, an engine
-// without a metric map, an endpoint named or addressed twice in a pool). It
+// without a metric map, an endpoint addressed twice in a pool or named
+// twice in the gateway). It
 // fills the defaults and checks what can be checked without building the
 // pickers; the routing table's own checks (models, adapters, aliases, pool
 // names) run in NewGateway.
@@ -206,21 +207,28 @@ func ParseConfig(data []byte) (Config, error) {
 	if err := checkHostPort(c.Listen); err != nil {
 		return Config{}, fmt.Errorf("gateway config: listen: %w", err)
 	}
+	// Endpoint names are unique across pools too: the picker's and the
+	// scraper's series are labelled by endpoint name alone, so two pods
+	// of one name in two pools would report into one series.
+	type place struct{ pool, ep int }
+	names := map[string]place{}
 	for i, p := range c.Pools {
-		names := map[string]int{}
 		addrs := map[string]int{}
 		for j, ep := range p.Endpoints {
 			if err := checkEndpoint(ep); err != nil {
 				return Config{}, fmt.Errorf("gateway config: pools[%d] (%s).endpoints[%d].%w", i, p.Name, j, err)
 			}
 			name := cmp.Or(ep.Name, ep.Address)
-			if k, dup := names[name]; dup {
-				return Config{}, fmt.Errorf("gateway config: pools[%d] (%s).endpoints[%d]: name %q is also endpoints[%d]'s", i, p.Name, j, name, k)
+			if k, dup := names[name]; dup && k.pool == i {
+				return Config{}, fmt.Errorf("gateway config: pools[%d] (%s).endpoints[%d]: name %q is also endpoints[%d]'s", i, p.Name, j, name, k.ep)
+			} else if dup {
+				return Config{}, fmt.Errorf("gateway config: pools[%d] (%s).endpoints[%d]: name %q is also pools[%d] (%s).endpoints[%d]'s; endpoint names label the metrics, so they are unique across pools",
+					i, p.Name, j, name, k.pool, c.Pools[k.pool].Name, k.ep)
 			}
 			if k, dup := addrs[ep.Address]; dup {
 				return Config{}, fmt.Errorf("gateway config: pools[%d] (%s).endpoints[%d]: address %s is also endpoints[%d]'s", i, p.Name, j, ep.Address, k)
 			}
-			names[name], addrs[ep.Address] = j, j
+			names[name], addrs[ep.Address] = place{i, j}, j
 		}
 	}
 	return c, nil

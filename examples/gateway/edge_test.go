@@ -82,6 +82,8 @@ func TestConfigRejected(t *testing.T) {
 		{"bad metricsURL", "pools: [{name: a, endpoints: [{address: '127.0.0.1:1', metricsURL: '127.0.0.1:1/metrics'}]}]", "metricsURL"},
 		{"duplicate endpoint name in a pool", "pools: [{name: a, endpoints: [{name: x, address: '127.0.0.1:1'}, {name: x, address: '127.0.0.1:2'}]}]",
 			`endpoints[1]: name "x" is also endpoints[0]'s`},
+		{"duplicate endpoint name across pools", "pools: [{name: a, endpoints: [{name: x, address: '127.0.0.1:1'}]}, {name: b, endpoints: [{name: x, address: '127.0.0.1:2'}]}]",
+			`pools[1] (b).endpoints[0]: name "x" is also pools[0] (a).endpoints[0]'s`},
 		{"same endpoint twice in a pool", "pools: [{name: a, endpoints: [{address: '127.0.0.1:1'}, {name: y, address: '127.0.0.1:1'}]}]",
 			"endpoints[1]: address 127.0.0.1:1 is also endpoints[0]'s"},
 		{"bad listen address", "listen: 8080\npools: [{name: a}]", "listen:"},
