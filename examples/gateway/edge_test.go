@@ -485,6 +485,35 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
+// startBinary runs the gateway binary bin on the configuration at
+// cfgPath, listening on addr, and waits until it answers /healthz. It
+// returns the process, its stderr, and a channel that delivers its exit;
+// a process still running when the test ends is killed.
+func startBinary(t *testing.T, bin, cfgPath, addr string) (*exec.Cmd, *syncBuf, <-chan error) {
+	t.Helper()
+	cmd := exec.Command(bin, "-config", cfgPath, "-listen", addr)
+	stderr := new(syncBuf)
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	gone := make(chan struct{}) // closed once the process has exited, whoever reads exited
+	go func() {
+		exited <- cmd.Wait()
+		close(gone)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-gone:
+		default:
+			_ = cmd.Process.Kill()
+			<-gone
+		}
+	})
+	require.Eventually(t, func() bool { return answersOK("http://" + addr + "/healthz") },
+		10*time.Second, 20*time.Millisecond, "the binary serves: %s", stderr.String())
+	return cmd, stderr, exited
+}
+
 // TestSIGTERMDrainsStream runs the built binary, opens an SSE stream
 // whose pod holds its last event, sends SIGTERM and checks: new
 // connections are refused, the stream completes, the process exits 0, and
@@ -499,20 +528,8 @@ func TestSIGTERMDrainsStream(t *testing.T) {
 	cfgPath := filepath.Join(t.TempDir(), "gateway.yaml")
 	require.NoError(t, os.WriteFile(cfgPath, []byte(gatewayYAML(a.addr())), 0o600))
 	addr := deadAddr(t)
-	cmd := exec.Command(bin, "-config", cfgPath, "-listen", addr)
-	var stderr syncBuf
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-		}
-	})
+	cmd, stderr, exited := startBinary(t, bin, cfgPath, addr)
 	url := "http://" + addr
-	require.Eventually(t, func() bool { return answersOK(url + "/healthz") },
-		10*time.Second, 20*time.Millisecond, "the binary serves: %s", stderr.String())
 
 	resp, err := http.Post(url+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"llama","stream":true,"messages":[{"role":"user","content":"hi"}]}`))

@@ -64,9 +64,12 @@ func (g *Gateway) reload(cfg Config) error {
 	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
 		return fmt.Errorf("logLevel: %w", err)
 	}
-	restart := restartOnly(g.cfg, cfg)
-	for _, name := range restart {
-		cfg = keepRunning(cfg, g.cfg, name)
+	var restart []string
+	for _, s := range restartSettings {
+		if !s.same(&g.cfg, &cfg) {
+			restart = append(restart, s.name)
+			s.keep(&cfg, &g.cfg)
+		}
 	}
 
 	// Build and check everything first.
@@ -167,46 +170,21 @@ func (g *Gateway) reload(cfg Config) error {
 	return nil
 }
 
-// restartOnly names the settings that differ between running and next and
-// that only a restart applies.
-func restartOnly(running, next Config) []string {
-	var names []string
-	for _, f := range []struct {
-		name string
-		same bool
-	}{
-		{"listen", running.Listen == next.Listen},
-		{"readHeaderTimeout", running.ReadHeaderTimeout == next.ReadHeaderTimeout},
-		{"idleTimeout", running.IdleTimeout == next.IdleTimeout},
-		{"drainTimeout", running.DrainTimeout == next.DrainTimeout},
-		{"router", reflect.DeepEqual(running.Router, next.Router)},
-		{"scrape", running.Scrape == next.Scrape},
-	} {
-		if !f.same {
-			names = append(names, f.name)
-		}
-	}
-	return names
-}
-
-// keepRunning returns next with the restart-only setting name taken from
-// running.
-func keepRunning(next, running Config, name string) Config {
-	switch name {
-	case "listen":
-		next.Listen = running.Listen
-	case "readHeaderTimeout":
-		next.ReadHeaderTimeout = running.ReadHeaderTimeout
-	case "idleTimeout":
-		next.IdleTimeout = running.IdleTimeout
-	case "drainTimeout":
-		next.DrainTimeout = running.DrainTimeout
-	case "router":
-		next.Router = running.Router
-	case "scrape":
-		next.Scrape = running.Scrape
-	}
-	return next
+// restartSettings are the settings the server, the proxy and the
+// scraper were built with, which only a restart applies: each with how to
+// tell that it changed and how to keep its running value.
+var restartSettings = []struct {
+	name string
+	same func(running, next *Config) bool
+	keep func(next, running *Config)
+}{
+	{"listen", func(r, n *Config) bool { return r.Listen == n.Listen }, func(n, r *Config) { n.Listen = r.Listen }},
+	{"readHeaderTimeout", func(r, n *Config) bool { return r.ReadHeaderTimeout == n.ReadHeaderTimeout },
+		func(n, r *Config) { n.ReadHeaderTimeout = r.ReadHeaderTimeout }},
+	{"idleTimeout", func(r, n *Config) bool { return r.IdleTimeout == n.IdleTimeout }, func(n, r *Config) { n.IdleTimeout = r.IdleTimeout }},
+	{"drainTimeout", func(r, n *Config) bool { return r.DrainTimeout == n.DrainTimeout }, func(n, r *Config) { n.DrainTimeout = r.DrainTimeout }},
+	{"router", func(r, n *Config) bool { return reflect.DeepEqual(r.Router, n.Router) }, func(n, r *Config) { n.Router = r.Router }},
+	{"scrape", func(r, n *Config) bool { return r.Scrape == n.Scrape }, func(n, r *Config) { n.Scrape = r.Scrape }},
 }
 
 // initReloadMetrics registers the reload instruments:

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -312,25 +311,8 @@ func TestSIGHUPReloads(t *testing.T) {
 	cfgPath := filepath.Join(t.TempDir(), "gateway.yaml")
 	writeFile(t, cfgPath, gatewayYAML(a.addr()))
 	addr := deadAddr(t)
-	cmd := exec.Command(bin, "-config", cfgPath, "-listen", addr)
-	var stderr syncBuf
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-			}
-		}
-	})
+	cmd, stderr, exited := startBinary(t, bin, cfgPath, addr)
 	url := "http://" + addr
-	require.Eventually(t, func() bool { return answersOK(url + "/healthz") },
-		10*time.Second, 20*time.Millisecond, "the binary serves: %s", stderr.String())
 	require.NotContains(t, models(t, url), qwen)
 
 	writeFile(t, cfgPath, twoPools([]string{a.addr()}, q.addr(), ""))
