@@ -35,6 +35,9 @@ type Config struct {
 	DrainTimeout picker.Duration `yaml:"drainTimeout"`
 	// LogLevel is debug, info, warn or error; default info.
 	LogLevel string `yaml:"logLevel"`
+	// TLS, when set, serves the gateway over HTTPS (HTTP/2 and HTTP/1.1)
+	// instead of plain HTTP.
+	TLS *TLSConfig `yaml:"tls"`
 
 	// Router tunes the proxy.
 	Router RouterConfig `yaml:"router"`
@@ -76,6 +79,16 @@ type RouterConfig struct {
 	// sign the endpoints' certificates, with upstreamScheme https; ""
 	// means the system's roots.
 	UpstreamCAFile string `yaml:"upstreamCAFile"`
+}
+
+// TLSConfig is the certificate the gateway serves HTTPS with. A reload
+// reads both files again, so that a renewed certificate is served without
+// a restart.
+type TLSConfig struct {
+	// CertFile is the PEM certificate chain, leaf first. Required.
+	CertFile string `yaml:"certFile"`
+	// KeyFile is the PEM private key of the leaf. Required.
+	KeyFile string `yaml:"keyFile"`
 }
 
 // ScrapeConfig tunes the scraper.
@@ -203,6 +216,9 @@ func ParseConfig(data []byte) (Config, error) {
 	case "https":
 	default:
 		return Config{}, fmt.Errorf("gateway config: router.upstreamScheme: %q is neither http nor https", c.Router.UpstreamScheme)
+	}
+	if c.TLS != nil && (c.TLS.CertFile == "" || c.TLS.KeyFile == "") {
+		return Config{}, errors.New("gateway config: tls: certFile and keyFile are both required")
 	}
 	if err := checkHostPort(c.Listen); err != nil {
 		return Config{}, fmt.Errorf("gateway config: listen: %w", err)

@@ -96,6 +96,9 @@ func TestConfigRejected(t *testing.T) {
 		{"negative maxBodyBytes", "router: {maxBodyBytes: -1}\npools: [{name: a}]", "router.maxBodyBytes"},
 		{"negative failureThreshold", "scrape: {failureThreshold: -1}\npools: [{name: a}]", "scrape.failureThreshold"},
 		{"adapter outside its pool's models", "pools: [{name: a, models: [m], adapters: {l: n}}]", `adapter "l" has base model "n"`},
+		{"tls without a key", "tls: {certFile: /tmp/gw.pem}\npools: [{name: a}]", "tls: certFile and keyFile are both required"},
+		{"tls files that do not exist", "tls: {certFile: /nonexistent/gw.pem, keyFile: /nonexistent/gw.key}\npools: [{name: a}]",
+			"tls: /nonexistent/gw.pem and /nonexistent/gw.key: open /nonexistent/gw.pem: no such file or directory"},
 		{"a second document", "pools: [{name: a}]\n---\npools: [{name: b}]\n", "more than one YAML document"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -52,6 +52,8 @@ type Gateway struct {
 	// eps is every pool's endpoints, for /healthz, which reads it without
 	// the lock.
 	eps atomic.Pointer[[]*signals.Endpoint]
+	// cert is the certificate served with cfg.TLS, which a reload renews.
+	cert atomic.Pointer[tls.Certificate]
 
 	// mu serialises Reload and Close, and guards what they change.
 	mu    sync.Mutex
@@ -117,6 +119,13 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 		return nil, err
 	}
 
+	if cfg.TLS != nil {
+		cert, err := loadCert(cfg.TLS)
+		if err != nil {
+			return nil, err
+		}
+		g.cert.Store(cert)
+	}
 	upstream, err := upstreamTransport(cfg.Router)
 	if err != nil {
 		return nil, err
@@ -320,6 +329,31 @@ func (g *Gateway) closePools() {
 	}
 }
 
+// loadCert reads the certificate and key that c names.
+func loadCert(c *TLSConfig) (*tls.Certificate, error) {
+	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls: %s and %s: %w", c.CertFile, c.KeyFile, err)
+	}
+	return &cert, nil
+}
+
+// TLSConfig returns the server TLS configuration of a gateway whose
+// configuration has tls set, nil otherwise: TLS 1.2 or newer, with the
+// certificate in force at each handshake, so that a reload's renewed
+// certificate serves new connections at once.
+func (g *Gateway) TLSConfig() *tls.Config {
+	if g.cert.Load() == nil {
+		return nil
+	}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return g.cert.Load(), nil
+		},
+	}
+}
+
 // Handler returns the gateway's HTTP handler: /healthz, /metrics and the
 // proxy for everything else.
 func (g *Gateway) Handler() http.Handler { return g.handler }
@@ -390,15 +424,26 @@ func run(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger, opt
 	if err := g.Start(ctx); err != nil {
 		return err
 	}
+	tlsConf := g.TLSConfig()
 	srv := &http.Server{
 		Handler:           g.Handler(),
 		ReadHeaderTimeout: time.Duration(cfg.ReadHeaderTimeout),
 		IdleTimeout:       time.Duration(cfg.IdleTimeout),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		TLSConfig:         tlsConf, // Serve writes the field (HTTP/2's protocols): read tlsConf after
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	log.Info("gateway listening", "address", ln.Addr().String(), "pools", len(cfg.Pools), "endpoints", len(*g.eps.Load()))
+	go func() {
+		if tlsConf != nil {
+			// The certificate comes from TLSConfig.GetCertificate; ServeTLS
+			// also offers HTTP/2.
+			errc <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
+	log.Info("gateway listening", "address", ln.Addr().String(), "tls", tlsConf != nil,
+		"pools", len(cfg.Pools), "endpoints", len(*g.eps.Load()))
 serving:
 	for {
 		select {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,7 +22,8 @@ import (
 
 // Reload applies cfg, a parsed configuration, to the running gateway:
 // pools added, removed or changed (models, adapters, aliases, the picker's
-// configuration, admission control, endpoints) and the log level. Every
+// configuration, admission control, endpoints), the log level, and the
+// TLS certificate, read again from its files. Every
 // part is built and checked before any is applied, so a configuration
 // that fails (an unknown scorer, a model served by two pools, a bad
 // admission parameter) leaves the gateway as it was, and the error says
@@ -36,8 +38,8 @@ import (
 // pool's requests in flight finish where they were sent.
 //
 // The settings the server, proxy and scraper were built with (listen,
-// readHeaderTimeout, idleTimeout, drainTimeout, router and scrape) take
-// effect at the next start: Reload applies the rest, logs a warning naming
+// readHeaderTimeout, idleTimeout, drainTimeout, router, scrape, and
+// turning tls on or off) take effect at the next start: Reload applies the rest, logs a warning naming
 // each of them, and keeps their running values as the configuration in
 // force. Reloads are serialised; requests are served throughout.
 func (g *Gateway) Reload(cfg Config) error {
@@ -73,6 +75,13 @@ func (g *Gateway) reload(cfg Config) error {
 	}
 
 	// Build and check everything first.
+	var cert *tls.Certificate
+	if cfg.TLS != nil {
+		var err error
+		if cert, err = loadCert(cfg.TLS); err != nil {
+			return err
+		}
+	}
 	var stages []staged
 	var fresh []*pool
 	fail := func(err error) error {
@@ -158,6 +167,9 @@ func (g *Gateway) reload(cfg Config) error {
 		}
 	}
 	slices.Sort(removed)
+	if cert != nil {
+		g.cert.Store(cert)
+	}
 	if g.level != nil {
 		g.level.Set(level)
 	}
@@ -185,6 +197,8 @@ var restartSettings = []struct {
 	{"drainTimeout", func(r, n *Config) bool { return r.DrainTimeout == n.DrainTimeout }, func(n, r *Config) { n.DrainTimeout = r.DrainTimeout }},
 	{"router", func(r, n *Config) bool { return reflect.DeepEqual(r.Router, n.Router) }, func(n, r *Config) { n.Router = r.Router }},
 	{"scrape", func(r, n *Config) bool { return r.Scrape == n.Scrape }, func(n, r *Config) { n.Scrape = r.Scrape }},
+	// Turning TLS on or off; a certificate is renewed in place.
+	{"tls", func(r, n *Config) bool { return (r.TLS == nil) == (n.TLS == nil) }, func(n, r *Config) { n.TLS = r.TLS }},
 }
 
 // initReloadMetrics registers the reload instruments:
@@ -247,16 +261,19 @@ var errEmptyConfig = errors.New("configuration file is empty")
 
 // watchConfig reads the configuration file at path and sends it on out
 // each time hup delivers (SIGHUP) and, when every is positive, each time
-// the file's content has changed when checked, every that often. A file
-// that cannot be read or parsed is sent as the error: on a check, once
-// until the error or the content changes. On a check an empty file is
-// skipped, as a writer that truncates before writing leaves one for a
-// moment (replace the file by renaming a complete one into place, as
-// Kubernetes does with ConfigMap volumes); on SIGHUP it is an error. fix,
-// when not nil, adjusts each parsed configuration as the command line
-// adjusted the first (-listen). It returns when ctx is done.
+// the file's content, or that of the TLS certificate and key files it
+// names, has changed when checked, every that often. A file that cannot
+// be read or parsed is sent as the error: on a check, once until the
+// error or the content changes. On a check an empty file is skipped, as a
+// writer that truncates before writing leaves one for a moment (replace
+// the file by renaming a complete one into place, as Kubernetes does with
+// ConfigMap volumes); on SIGHUP it is an error. fix, when not nil, adjusts
+// each parsed configuration as the command line adjusted the first
+// (-listen). It returns when ctx is done.
 func watchConfig(ctx context.Context, path string, every time.Duration, hup <-chan os.Signal, fix func(*Config), out chan<- configLoad) {
-	last, _ := os.ReadFile(path) // the content run started with
+	data, _ := os.ReadFile(path) // the content run started with
+	files := tlsFiles(data)
+	last := snapshot(data, files)
 	var lastErr string
 	var tick <-chan time.Time
 	if every > 0 {
@@ -288,16 +305,46 @@ func watchConfig(ctx context.Context, path string, every time.Duration, hup <-ch
 			continue
 		}
 		lastErr = ""
-		if !forced && bytes.Equal(data, last) {
+		snap := snapshot(data, files)
+		if !forced && bytes.Equal(snap, last) {
 			continue
 		}
-		last = data
+		last = snap
 		cfg, err := ParseConfig(data)
-		if err == nil && fix != nil {
-			fix(&cfg)
+		if err == nil {
+			if fix != nil {
+				fix(&cfg)
+			}
+			if next := tlsFiles(data); !slices.Equal(next, files) {
+				files, last = next, snapshot(data, next)
+			}
 		}
 		send(ctx, out, configLoad{cfg: cfg, err: err})
 	}
+}
+
+// tlsFiles are the certificate and key files that the configuration data
+// names, if it parses and has tls.
+func tlsFiles(data []byte) []string {
+	c, err := ParseConfig(data)
+	if err != nil || c.TLS == nil {
+		return nil
+	}
+	return []string{c.TLS.CertFile, c.TLS.KeyFile}
+}
+
+// snapshot is what a check compares: data, then the content of each of
+// files (nothing for one that cannot be read), so that a renewed
+// certificate is a change of the configuration.
+func snapshot(data []byte, files []string) []byte {
+	s := bytes.Clone(data)
+	for _, f := range files {
+		s = append(s, 0)
+		if b, err := os.ReadFile(f); err == nil {
+			s = append(s, b...)
+		}
+	}
+	return s
 }
 
 // send sends l on out unless ctx ends first.
