@@ -28,8 +28,8 @@ type Decision struct {
 	// Endpoint.Address.
 	Endpoint *signals.Endpoint
 	// Fallbacks are ranked alternatives for retries. The slice is the
-	// Decision's own copy and stays valid after Done; a retry on a fallback
-	// is the caller's to account for (signals.Endpoint.Dispatch/Complete).
+	// Decision's own copy and stays valid after Done; account a retry on
+	// one with Retry.
 	Fallbacks []*signals.Endpoint
 
 	start time.Time
@@ -46,6 +46,16 @@ type Decision struct {
 // that sees the upstream's first byte earlier may call it then. Calls
 // after the first, and after Done, are no-ops. Safe for concurrent use.
 func (d *Decision) FirstToken() { d.res.FirstToken() }
+
+// Retry accounts a retry of the request on ep, usually one of Fallbacks,
+// with the pool's picker (picker.Picker.Assign): the endpoint's in-flight
+// and prefill counters, and the prefix index and latency model, learn of
+// it as of a pick. The caller reports the attempt's outcome through the
+// returned Result's Done, exactly once, and its first byte through
+// FirstToken; the Decision's own Done stays the first attempt's.
+func (d *Decision) Retry(ctx context.Context, ep *signals.Endpoint) picker.Result {
+	return d.Route.Pool.Picker.Assign(ctx, d.Request, ep)
+}
 
 // Done reports the outcome to the picker. Only the first call counts, so
 // the next handler may call it with the real TTFT and token usage, and the
@@ -88,7 +98,7 @@ func NewContext(ctx context.Context, d *Decision) context.Context {
 // Unlike the Proxy, the Middleware does not touch the response: for an
 // alias, rewriting the answer's "model" back to the client's name
 // (Decision.Route.ClientModel) is the next handler's job, and so are
-// retries on Decision.Fallbacks.
+// retries on Decision.Fallbacks (accounted with Decision.Retry).
 type Middleware struct {
 	p *Proxy
 }

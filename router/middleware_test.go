@@ -2,6 +2,7 @@ package router
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -30,6 +31,9 @@ func TestMiddleware(t *testing.T) {
 		wantUsage int
 		// wantWhole: the outcome's Buffered (the body came whole)
 		wantWhole bool
+		// retried: the handler retried once on the first fallback, whose
+		// outcome follows the Decision's
+		retried bool
 	}{
 		{
 			name: "handler reports its own outcome",
@@ -85,6 +89,29 @@ func TestMiddleware(t *testing.T) {
 			status: 200, wantBody: "data: [DONE]\n\n", wantTTFT: 10 * time.Millisecond,
 		},
 		{
+			name: "a retry on a fallback is accounted and reported apart",
+			body: `{"model":"` + baseModel + `"}`,
+			handler: func(t *testing.T, clock interface{ Advance(time.Duration) }) http.HandlerFunc {
+				return func(w http.ResponseWriter, r *http.Request) {
+					d, ok := FromContext(r.Context())
+					require.True(t, ok)
+					d.Done(signals.Outcome{Err: errors.New("ep0 refused the connection"), ConnectError: true})
+					fb := d.Fallbacks[0]
+					retry := d.Retry(r.Context(), fb)
+					assert.Same(t, fb, retry.Endpoint)
+					assert.Equal(t, int64(1), fb.InFlight(), "the retry is in flight on the fallback")
+					n, _ := fb.Prefilling()
+					assert.Equal(t, int64(1), n, "and prefilling there")
+					clock.Advance(7 * time.Millisecond)
+					retry.FirstToken()
+					retry.Done(signals.Outcome{TTFT: 7 * time.Millisecond, PromptTokens: 5})
+					w.WriteHeader(200)
+				}
+			},
+			// The recorder's first outcome is the Decision's: ep0's failure.
+			status: 200, wantErr: true, retried: true,
+		},
+		{
 			name: "errors are answered without calling the handler",
 			body: `{"model":"nope"}`,
 			handler: func(t *testing.T, _ interface{ Advance(time.Duration) }) http.HandlerFunc {
@@ -119,6 +146,16 @@ func TestMiddleware(t *testing.T) {
 			assert.Equal(t, tc.wantWhole, o.out.Buffered)
 			assert.Equal(t, tc.wantUsage, o.out.PromptTokens)
 			assert.Equal(t, tc.wantErr, o.out.Err != nil)
+			if tc.retried {
+				assert.Equal(t, "ep0", o.ep)
+				o = e.rec.next(t)
+				assert.Equal(t, "ep1", o.ep, "the retry's outcome, from its own Done")
+				assert.NoError(t, o.out.Err)
+				assert.Equal(t, 7*time.Millisecond, o.out.TTFT)
+				assert.Equal(t, 2, e.rec.count(), "one Done per attempt")
+				e.requireIdle(t)
+				return
+			}
 			assert.Equal(t, 1, e.rec.count(), "Done once")
 			e.requireIdle(t)
 		})

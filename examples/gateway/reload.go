@@ -23,11 +23,11 @@ import (
 // Reload applies cfg, a parsed configuration, to the running gateway:
 // pools added, removed or changed (models, adapters, aliases, the picker's
 // configuration, admission control, endpoints), the log level, and the
-// TLS certificate, read again from its files. Every
-// part is built and checked before any is applied, so a configuration
-// that fails (an unknown scorer, a model served by two pools, a bad
-// admission parameter) leaves the gateway as it was, and the error says
-// why. Then the parts are swapped in together.
+// TLS certificate, read again from its files. Every part is built and
+// checked before any is applied, so a configuration that fails (an
+// unknown scorer, a model served by two pools, a bad admission parameter,
+// a key that does not match its certificate) leaves the gateway as it
+// was, and the error says why. Then the parts are swapped in together.
 //
 // An endpoint whose name and settings are unchanged keeps its live state:
 // its scraped metrics, requests in flight, health, and what the pool's
@@ -39,9 +39,10 @@ import (
 //
 // The settings the server, proxy and scraper were built with (listen,
 // readHeaderTimeout, idleTimeout, drainTimeout, router, scrape, and
-// turning tls on or off) take effect at the next start: Reload applies the rest, logs a warning naming
-// each of them, and keeps their running values as the configuration in
-// force. Reloads are serialised; requests are served throughout.
+// turning tls on or off) take effect at the next start: Reload applies
+// the rest, logs a warning naming each of them, and keeps their running
+// values as the configuration in force. Reloads are serialised; requests
+// are served throughout.
 func (g *Gateway) Reload(cfg Config) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
