@@ -84,7 +84,10 @@
 //
 // Errors use OpenAI's shape {"error":{"message","type","param","code"}}:
 // 400 malformed JSON or headers, 404 model_not_found, 413 body over
-// Config.MaxBodyBytes (4 MiB by default), 429 with Retry-After when the
+// Config.MaxBodyBytes (4 MiB by default; a gzip-coded body, which is
+// decoded, routed by its content and forwarded plain, is held to it once
+// decoded), 415 unsupported_content_encoding for a request coding other
+// than gzip, 429 with Retry-After when the
 // picker sheds the request (picker.ErrSaturated), 503 when no endpoint is
 // ready (picker.ErrNoEndpoints, or every endpoint tried was marked down
 // before the request arrived and failed to connect again), 504 when the

@@ -150,6 +150,9 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		if p.cfg.EndpointHeader != "" {
 			r2.Header.Set(p.cfg.EndpointHeader, res.Endpoint.Address)
 		}
+		if c.decoded {
+			r2.Header.Del("Content-Encoding") // the body handed on is the decoded one
+		}
 		r2.Body = io.NopCloser(bytes.NewReader(c.send))
 		r2.ContentLength = int64(len(c.send))
 		if r2.Header.Get("Content-Length") != "" {

@@ -274,3 +274,30 @@ func TestMiddlewareModels(t *testing.T) {
 	assert.Equal(t, []string{"/v1/modelsx"}, calls, "another path reaches the handler")
 	e.requireIdle(t)
 }
+
+// TestMiddlewareGzipBody: the next handler gets a gzip-coded request's
+// decoded body, without the Content-Encoding that no longer describes
+// it.
+func TestMiddlewareGzipBody(t *testing.T) {
+	e := newEnv(t, Config{}, "10.0.0.1:8000")
+	mw, err := NewMiddleware(e.proxy.Table(), Config{Clock: e.clock})
+	require.NoError(t, err)
+	body := `{"model":"` + baseModel + `","messages":[{"role":"user","content":"hi"}]}`
+	var seenBody, seenCoding string
+	srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		seenBody, seenCoding = string(b), r.Header.Get("Content-Encoding")
+		w.WriteHeader(200)
+	})))
+	defer srv.Close()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(gzipped(t, body)))
+	require.NoError(t, err)
+	req.Header.Set("Content-Encoding", "gzip")
+	r, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	_ = r.Body.Close()
+	assert.Equal(t, 200, r.StatusCode)
+	assert.Equal(t, body, seenBody)
+	assert.Empty(t, seenCoding)
+	e.rec.next(t)
+}

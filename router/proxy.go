@@ -3,6 +3,7 @@ package router
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -244,13 +245,16 @@ func (p *Proxy) Table() *Table { return p.table.Load() }
 // call is the per-request scratch space, pooled. Its signals.Request is
 // handed to the picker and must not be reused before Done.
 type call struct {
-	body   []byte
-	send   []byte // body as sent upstream (body, or a rewritten copy)
-	req    signals.Request
-	hdr    http.Header
-	parsed Parsed
-	route  Route
-	start  time.Time
+	body []byte
+	send []byte // body as sent upstream (body, or a rewritten copy)
+	req  signals.Request
+	hdr  http.Header
+	// decoded: the body came gzip-coded and c.body is its decoded bytes
+	// (decodeBody).
+	decoded bool
+	parsed  Parsed
+	route   Route
+	start   time.Time
 
 	targets [picker.MaxFallbacks + 1]*signals.Endpoint
 	br      *bufio.Reader
@@ -448,6 +452,46 @@ func (p *Proxy) readBody(r *http.Request, c *call) error {
 		}
 	}
 	c.body = buf
+	if ce := c.hdr["Content-Encoding"]; len(ce) > 0 {
+		return p.decodeBody(c, ce)
+	}
+	return nil
+}
+
+// decodeBody replaces a gzip-coded request body by its decoded bytes, so
+// that the request is routed by its content and forwarded as plain JSON
+// (model servers do not decode request bodies), and drops the
+// Content-Encoding field from the forwarded headers. The decoded body is
+// held to the same limit as a plain one: a few KB of gzip can decode to
+// gigabytes. A coding other than gzip (or identity) is refused with 415.
+func (p *Proxy) decodeBody(c *call, codings []string) error {
+	coding := strings.ToLower(strings.TrimSpace(strings.Join(codings, ",")))
+	switch coding {
+	case "identity":
+		delete(c.hdr, "Content-Encoding")
+		return nil
+	case "gzip", "x-gzip":
+	default:
+		return &APIError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_content_encoding",
+			Message: fmt.Sprintf("request Content-Encoding %q is not supported: send the body as it is or gzip-coded", coding)}
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(c.body))
+	if err != nil {
+		return invalidRequest("the request body is not gzip-coded as its Content-Encoding says: " + err.Error())
+	}
+	limit := p.cfg.MaxBodyBytes
+	var out bytes.Buffer
+	out.Grow(int(min(limit+1, int64(4*len(c.body)+512))))
+	n, err := io.Copy(&out, io.LimitReader(zr, limit+1))
+	switch {
+	case n > limit:
+		return fmt.Errorf("%w: more than %d bytes once decoded", ErrBodyTooLarge, limit)
+	case err != nil:
+		return invalidRequest("decoding the gzip-coded request body: " + err.Error())
+	}
+	c.body = out.Bytes()
+	c.decoded = true
+	delete(c.hdr, "Content-Encoding")
 	return nil
 }
 

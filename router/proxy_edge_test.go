@@ -2,6 +2,7 @@ package router
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -1129,4 +1130,55 @@ func TestProxyRetryTeachesThePrefixIndex(t *testing.T) {
 	}
 	assert.Len(t, gotSecond, 3, "the prompt's next requests go where it is cached")
 	assert.Empty(t, gotFirst)
+}
+
+// gzipped is s gzip-coded.
+func gzipped(t *testing.T, s string) string {
+	t.Helper()
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	_, err := io.WriteString(zw, s)
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	return b.String()
+}
+
+// TestProxyGzipRequestBody: a gzip-coded request body is decoded, routed
+// by its model (an alias here, rewritten to the served name) and
+// forwarded as plain JSON without Content-Encoding; a body that is not
+// the gzip it claims is 400, one that decodes past the limit 413, and
+// another coding 415, none forwarded. Before, the coded body could not be
+// parsed, so the request went to the fallback route still coded, which a
+// model server cannot read.
+func TestProxyGzipRequestBody(t *testing.T) {
+	addr, got := backend(t, jsonHandler(200, []byte(`{}`), nil))
+	e := newEnv(t, Config{MaxBodyBytes: 64 << 10}, addr)
+	gz := http.Header{"Content-Encoding": {"gzip"}}
+	body := `{"model":"llama","messages":[{"role":"user","content":"` + strings.Repeat("hello ", 100) + `"}]}`
+
+	r := e.post(t, "/v1/chat/completions", gzipped(t, body), gz)
+	require.Equal(t, 200, r.StatusCode)
+	s := <-got
+	assert.Equal(t, strings.Replace(body, `"llama"`, `"`+baseModel+`"`, 1), s.body, "decoded, and routed by its alias")
+	assert.Empty(t, s.header.Get("Content-Encoding"))
+	assert.Equal(t, strconv.Itoa(len(s.body)), s.header.Get("Content-Length"))
+	o := e.rec.next(t)
+	assert.Equal(t, baseModel, o.model, "the request's model came from the decoded body")
+	assert.Positive(t, o.tokens, "its prompt was read")
+
+	r = e.post(t, "/v1/chat/completions", body, http.Header{"Content-Encoding": {"identity"}})
+	require.Equal(t, 200, r.StatusCode)
+	s = <-got
+	assert.Empty(t, s.header.Get("Content-Encoding"))
+	e.rec.next(t)
+
+	requireAPIError(t, e.post(t, "/v1/chat/completions", body, gz), 400, "invalid_request")
+	requireAPIError(t, e.post(t, "/v1/chat/completions", gzipped(t, body)[:40], gz), 400, "invalid_request")
+	bomb := `{"model":"llama","prompt":"` + strings.Repeat("a", 1<<20) + `"}`
+	coded := gzipped(t, bomb)
+	require.Less(t, len(coded), 64<<10, "small coded, large decoded")
+	requireAPIError(t, e.post(t, "/v1/completions", coded, gz), 413, "request_too_large")
+	requireAPIError(t, e.post(t, "/v1/chat/completions", body, http.Header{"Content-Encoding": {"br"}}), 415, "unsupported_content_encoding")
+	assert.Empty(t, got, "no refused request was forwarded")
+	e.requireIdle(t)
 }
