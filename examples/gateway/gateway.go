@@ -142,7 +142,7 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 		all = append(all, p.eps...)
 	}
 	g.eps.Store(&all)
-	table, err := g.table(cfg)
+	table, err := g.table(cfg, g.pools)
 	if err != nil {
 		g.closePools()
 		return nil, err
@@ -310,13 +310,13 @@ func sameSpec(a, b signals.EndpointSpec) bool {
 		maps.Equal(a.Labels, b.Labels)
 }
 
-// table builds the routing table of cfg's pools, which must all be in
-// g.pools.
-func (g *Gateway) table(cfg Config) (*router.Table, error) {
+// table builds the routing table of cfg's pools, each of which must be in
+// pools.
+func (g *Gateway) table(cfg Config, pools map[string]*pool) (*router.Table, error) {
 	tc := router.TableConfig{Default: cfg.DefaultPool, Fallback: cfg.FallbackPool, Created: g.created}
 	for _, pc := range cfg.Pools {
 		tc.Pools = append(tc.Pools, router.PoolConfig{
-			Name: pc.Name, Picker: g.pools[pc.Name].pk, Models: pc.Models, Adapters: pc.Adapters, Aliases: pc.Aliases,
+			Name: pc.Name, Picker: pools[pc.Name].pk, Models: pc.Models, Adapters: pc.Adapters, Aliases: pc.Aliases,
 		})
 	}
 	return router.NewTable(tc)

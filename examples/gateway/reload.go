@@ -122,11 +122,8 @@ func (g *Gateway) reload(cfg Config) error {
 		pools[pc.Name] = old
 		stages = append(stages, staged{p: old, pc: pc, pcfg: pcfg, adm: adm, eps: eps, added: added})
 	}
-	running := g.pools
-	g.pools = pools // the table is built from g.pools
-	table, err := g.table(cfg)
+	table, err := g.table(cfg, pools)
 	if err != nil {
-		g.pools = running
 		return fail(err)
 	}
 
@@ -158,7 +155,7 @@ func (g *Gateway) reload(cfg Config) error {
 	g.eps.Store(&all)
 	g.proxy.SetTable(table)
 	var removed []string
-	for name, p := range running {
+	for name, p := range g.pools {
 		if pools[name] == nil {
 			removed = append(removed, name)
 			// Its endpoints' state goes with it; requests in flight
@@ -168,6 +165,7 @@ func (g *Gateway) reload(cfg Config) error {
 		}
 	}
 	slices.Sort(removed)
+	g.pools = pools
 	if cert != nil {
 		g.cert.Store(cert)
 	}
@@ -273,7 +271,10 @@ var errEmptyConfig = errors.New("configuration file is empty")
 // (-listen). It returns when ctx is done.
 func watchConfig(ctx context.Context, path string, every time.Duration, hup <-chan os.Signal, fix func(*Config), out chan<- configLoad) {
 	data, _ := os.ReadFile(path) // the content run started with
-	files := tlsFiles(data)
+	var files []string
+	if cfg, err := ParseConfig(data); err == nil {
+		files = tlsFiles(cfg)
+	}
 	last := snapshot(data, files)
 	var lastErr string
 	var tick <-chan time.Time
@@ -316,7 +317,7 @@ func watchConfig(ctx context.Context, path string, every time.Duration, hup <-ch
 			if fix != nil {
 				fix(&cfg)
 			}
-			if next := tlsFiles(data); !slices.Equal(next, files) {
+			if next := tlsFiles(cfg); !slices.Equal(next, files) {
 				files, last = next, snapshot(data, next)
 			}
 		}
@@ -324,11 +325,9 @@ func watchConfig(ctx context.Context, path string, every time.Duration, hup <-ch
 	}
 }
 
-// tlsFiles are the certificate and key files that the configuration data
-// names, if it parses and has tls.
-func tlsFiles(data []byte) []string {
-	c, err := ParseConfig(data)
-	if err != nil || c.TLS == nil {
+// tlsFiles are the certificate and key files that c names, if it has tls.
+func tlsFiles(c Config) []string {
+	if c.TLS == nil {
 		return nil
 	}
 	return []string{c.TLS.CertFile, c.TLS.KeyFile}
