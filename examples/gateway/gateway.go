@@ -25,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/exemplar"
+	"go.opentelemetry.io/otel/sdk/resource"
 
 	"github.com/inferroute/inferroute/picker"
 	"github.com/inferroute/inferroute/router"
@@ -105,7 +106,13 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
-	mpOpts := []sdkmetric.Option{sdkmetric.WithReader(exp)}
+	res, err := serviceResource()
+	if err != nil {
+		// The attributes that parsed are kept; metrics are not worth
+		// refusing to route for.
+		log.Warn("OpenTelemetry resource from the environment is partly malformed", "error", err)
+	}
+	mpOpts := []sdkmetric.Option{sdkmetric.WithReader(exp), sdkmetric.WithResource(res)}
 	if os.Getenv("OTEL_METRICS_EXEMPLAR_FILTER") == "" {
 		// The gateway records no spans, so the SDK's default trace-based
 		// filter never keeps an exemplar; it would still be consulted on
@@ -497,4 +504,25 @@ func upstreamTransport(rc RouterConfig) (http.RoundTripper, error) {
 	tr := router.NewTransport()
 	tr.TLSClientConfig = tc
 	return tr, nil
+}
+
+// serviceName is the gateway's OpenTelemetry service.name, the
+// service_name of its target_info series, unless OTEL_SERVICE_NAME or
+// OTEL_RESOURCE_ATTRIBUTES names another.
+const serviceName = "inferroute-gateway"
+
+// serviceResource describes the gateway to its metrics' consumers: the
+// SDK's own attributes, service.name "inferroute-gateway" (the SDK's
+// default, "unknown_service:" and the executable's name, says nothing
+// useful on a dashboard), then whatever OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES set, which wins, as the OpenTelemetry
+// specification has environment variables override a program's defaults.
+// The resource is usable even with an error, which names the malformed
+// part of OTEL_RESOURCE_ATTRIBUTES that was left out.
+func serviceResource() (*resource.Resource, error) {
+	return resource.New(context.Background(),
+		resource.WithTelemetrySDK(),
+		resource.WithAttributes(attribute.String("service.name", serviceName)),
+		resource.WithFromEnv(),
+	)
 }

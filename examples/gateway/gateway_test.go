@@ -272,6 +272,41 @@ func TestHealthzAndMetrics(t *testing.T) {
 	assert.Contains(t, text, `inferroute_router_requests_total{code="200",model="`+base+`"`)
 	assert.Contains(t, text, "inferroute_router_ttft_seconds_bucket")
 	assert.Contains(t, text, "go_goroutines")
+	assert.Regexp(t, `(?m)^target_info\{service_name="inferroute-gateway",`, text)
+}
+
+// TestServiceName checks the gateway's service.name: its own by default,
+// the environment's when OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES
+// set one, and a malformed OTEL_RESOURCE_ATTRIBUTES reported while the
+// rest of it is kept.
+func TestServiceName(t *testing.T) {
+	name := func() (string, error) {
+		res, err := serviceResource()
+		v, _ := res.Set().Value("service.name")
+		return v.AsString(), err
+	}
+	t.Setenv("OTEL_SERVICE_NAME", "")
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "")
+	got, err := name()
+	require.NoError(t, err)
+	assert.Equal(t, "inferroute-gateway", got)
+
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=edge-gw,deployment.environment=prod")
+	got, err = name()
+	require.NoError(t, err)
+	assert.Equal(t, "edge-gw", got)
+
+	t.Setenv("OTEL_SERVICE_NAME", "llm-gateway")
+	got, err = name()
+	require.NoError(t, err)
+	assert.Equal(t, "llm-gateway", got, "OTEL_SERVICE_NAME wins over OTEL_RESOURCE_ATTRIBUTES")
+
+	t.Setenv("OTEL_SERVICE_NAME", "")
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=edge-gw,no-equals-sign")
+	got, err = name()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no-equals-sign")
+	assert.Equal(t, "edge-gw", got, "the well-formed attributes are kept")
 }
 
 func TestGracefulShutdownDrainsStreams(t *testing.T) {
