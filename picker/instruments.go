@@ -3,6 +3,7 @@ package picker
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,9 @@ type instruments struct {
 	enabled  bool
 	duration metric.Float64Histogram
 	errors   metric.Int64Counter
+	// durationOpts are the pick duration's attributes (WithMetricAttributes):
+	// none, or one precomputed set.
+	durationOpts []metric.RecordOption
 
 	// perEndpoint caches each endpoint's counters, so that neither a pick
 	// nor a Done looks up a name or builds an attribute set. SetEndpoints
@@ -45,6 +49,7 @@ type instruments struct {
 // longer used leaves its counts behind, not its endpoints.
 type counters struct {
 	picks, outcomes metric.Int64ObservableCounter
+	attrs           []attribute.KeyValue // added to every endpoint's series
 
 	mu     sync.Mutex
 	byName map[string]*endpointCounts
@@ -58,7 +63,7 @@ type endpointCounts struct {
 	pickedOpt, okOpt, failedOpt, connectErrorOpt []metric.ObserveOption
 }
 
-func (in *instruments) init(mp metric.MeterProvider) error {
+func (in *instruments) init(mp metric.MeterProvider, attrs []attribute.KeyValue) error {
 	if mp == nil {
 		return nil
 	}
@@ -69,7 +74,13 @@ func (in *instruments) init(mp metric.MeterProvider) error {
 		metric.WithExplicitBucketBoundaries(1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 1e-3)); err != nil {
 		return err
 	}
-	cs := &counters{byName: map[string]*endpointCounts{}}
+	attrs = slices.DeleteFunc(slices.Clone(attrs), func(kv attribute.KeyValue) bool {
+		return kv.Key == "endpoint" || kv.Key == "result" || kv.Key == "kind"
+	})
+	if len(attrs) > 0 {
+		in.durationOpts = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attrs...))}
+	}
+	cs := &counters{byName: map[string]*endpointCounts{}, attrs: attrs}
 	if cs.picks, err = m.Int64ObservableCounter("inferroute.picks",
 		metric.WithDescription("Requests dispatched, per endpoint.")); err != nil {
 		return err
@@ -86,9 +97,12 @@ func (in *instruments) init(mp metric.MeterProvider) error {
 		return err
 	}
 	in.counters = cs
+	kind := func(k string) metric.MeasurementOption {
+		return metric.WithAttributeSet(withAttrs(attrs, attribute.String("kind", k)))
+	}
 	in.errOpts = map[error]metric.MeasurementOption{
-		ErrNoEndpoints: metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", "no_endpoints"))),
-		ErrSaturated:   metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", "saturated"))),
+		ErrNoEndpoints: kind("no_endpoints"),
+		ErrSaturated:   kind("saturated"),
 	}
 	in.enabled = true
 	return nil
@@ -104,10 +118,10 @@ func (in *instruments) counts(ep *signals.Endpoint) *endpointCounts {
 	if c == nil {
 		name := attribute.String("endpoint", ep.Name)
 		result := func(r string) []metric.ObserveOption {
-			return []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(name, attribute.String("result", r)))}
+			return []metric.ObserveOption{metric.WithAttributeSet(withAttrs(cs.attrs, name, attribute.String("result", r)))}
 		}
 		c = &endpointCounts{
-			pickedOpt:       []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(name))},
+			pickedOpt:       []metric.ObserveOption{metric.WithAttributeSet(withAttrs(cs.attrs, name))},
 			okOpt:           result("ok"),
 			failedOpt:       result("error"),
 			connectErrorOpt: result("connect_error"),
@@ -166,7 +180,7 @@ func (in *instruments) picked(ctx context.Context, ep *signals.Endpoint, d time.
 	if !in.enabled {
 		return
 	}
-	in.duration.Record(ctx, d.Seconds())
+	in.duration.Record(ctx, d.Seconds(), in.durationOpts...)
 	in.counts(ep).picked.Add(1)
 }
 
@@ -174,7 +188,7 @@ func (in *instruments) failed(ctx context.Context, e *Error, d time.Duration) {
 	if !in.enabled {
 		return
 	}
-	in.duration.Record(ctx, d.Seconds())
+	in.duration.Record(ctx, d.Seconds(), in.durationOpts...)
 	for sentinel, opt := range in.errOpts {
 		if errors.Is(e, sentinel) {
 			in.errors.Add(ctx, 1, opt)
@@ -196,4 +210,12 @@ func (in *instruments) done(ep *signals.Endpoint, info DoneInfo) {
 	default:
 		c.ok.Add(1)
 	}
+}
+
+// withAttrs is the set of base (WithMetricAttributes, without the
+// picker's own keys) and own, the picker's own attributes.
+func withAttrs(base []attribute.KeyValue, own ...attribute.KeyValue) attribute.Set {
+	kv := make([]attribute.KeyValue, 0, len(base)+len(own))
+	kv = append(append(kv, base...), own...)
+	return attribute.NewSet(kv...)
 }

@@ -3,6 +3,7 @@ package picker
 import (
 	"log/slog"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -19,6 +20,7 @@ type options struct {
 	logger    *slog.Logger
 	tracer    trace.TracerProvider
 	meter     metric.MeterProvider
+	meterAttr []attribute.KeyValue
 	matcher   signals.PrefixMatcher
 	estimator signals.LatencyEstimator
 	observers []signals.Observer
@@ -49,6 +51,17 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // endpoint, errors by kind. Without it nothing is recorded.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) { o.meter = mp }
+}
+
+// WithMetricAttributes adds attrs to every series the picker records
+// (WithMeterProvider), so that the metrics of several pickers sharing one
+// meter provider can be told apart: a gateway labels each pool's picker
+// with its pool, and a dashboard then shows which pool's picks failed as
+// saturated. Later options' attributes are appended. The keys the picker
+// sets itself on some series (endpoint, result, kind) are left out of
+// attrs, on every series, so that none of them can mislabel a count.
+func WithMetricAttributes(attrs ...attribute.KeyValue) Option {
+	return func(o *options) { o.meterAttr = append(o.meterAttr, attrs...) }
 }
 
 // WithPrefixMatcher sets the prefix index the picker consults once per pick

@@ -121,7 +121,7 @@ func New(cfg Config, opts ...Option) (*Picker, error) {
 	if p.opts.tracer != nil {
 		p.tracer = p.opts.tracer.Tracer(instrumentationName)
 	}
-	if err := p.inst.init(p.opts.meter); err != nil {
+	if err := p.inst.init(p.opts.meter, p.opts.meterAttr); err != nil {
 		return nil, err
 	}
 	empty := []*signals.Endpoint{}

@@ -783,8 +783,8 @@ func TestTracingAndMetrics(t *testing.T) {
 	assert.Equal(t, int64(4), got["inferroute.pick.duration"])
 }
 
-// TestCountersSumAcrossPickers: pickers sharing a meter provider (one per
-// pool in a gateway) report into the same series, so an endpoint name that
+// TestCountersSumAcrossPickers: pickers sharing a meter provider without
+// WithMetricAttributes report into the same series, so an endpoint name that
 // two of them count is exported with the sum of both counts, as the SDK's
 // synchronous counters added them; and each collection reports the totals.
 func TestCountersSumAcrossPickers(t *testing.T) {
@@ -811,6 +811,41 @@ func TestCountersSumAcrossPickers(t *testing.T) {
 	}
 	assert.Equal(t, want, metrictest.Collect(t, reader))
 	assert.Equal(t, want, metrictest.Collect(t, reader), "a second collection reports the same totals")
+}
+
+// TestMetricAttributes: pickers sharing a meter provider, each labelled
+// with its pool (WithMetricAttributes), report apart, an endpoint name in
+// both pools included; a pick error says which pool failed; and an
+// attribute of a key the picker sets itself (endpoint) is left out.
+func TestMetricAttributes(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	cfg := Config{Scorers: []Plugin{{Name: scorer.ScorerQueue, Weight: 1}}}
+	p1, _ := newPicker(t, cfg, []*signals.Endpoint{ep("a", 0, 0, 0)}, WithMeterProvider(mp),
+		WithMetricAttributes(attribute.String("pool", "llama")))
+	p2, _ := newPicker(t, cfg, []*signals.Endpoint{ep("a", 0, 0, 0)}, WithMeterProvider(mp),
+		WithMetricAttributes(attribute.String("pool", "qwen"), attribute.String("endpoint", "spoofed")))
+	for range 2 {
+		res, err := p1.Pick(context.Background(), nil)
+		require.NoError(t, err)
+		res.Done(DoneInfo{})
+	}
+	res, err := p2.Pick(context.Background(), nil)
+	require.NoError(t, err)
+	res.Done(DoneInfo{Err: errors.New("HTTP 500")})
+	p2.SetEndpoints(nil)
+	_, err = p2.Pick(context.Background(), nil)
+	require.ErrorIs(t, err, ErrNoEndpoints)
+
+	assert.Equal(t, map[string]int64{
+		"inferroute.picks{endpoint=a,pool=llama}":                          2,
+		"inferroute.picks{endpoint=a,pool=qwen}":                           1,
+		"inferroute.requests.completed{endpoint=a,pool=llama,result=ok}":   2,
+		"inferroute.requests.completed{endpoint=a,pool=qwen,result=error}": 1,
+		"inferroute.pick.errors{kind=no_endpoints,pool=qwen}":              1,
+		"inferroute.pick.duration{pool=llama}":                             2,
+		"inferroute.pick.duration{pool=qwen}":                              2,
+	}, metrictest.Collect(t, reader))
 }
 
 // TestPickerNotHeldByMeterProvider: the meter provider outlives a picker

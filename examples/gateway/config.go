@@ -223,9 +223,10 @@ func ParseConfig(data []byte) (Config, error) {
 	if err := checkHostPort(c.Listen); err != nil {
 		return Config{}, fmt.Errorf("gateway config: listen: %w", err)
 	}
-	// Endpoint names are unique across pools too: the picker's and the
-	// scraper's series are labelled by endpoint name alone, so two pods
-	// of one name in two pools would report into one series.
+	// Endpoint names are unique across pools too: the scraper's series
+	// are labelled by endpoint name alone (the picker's carry the pool
+	// as well), so two pods of one name in two pools would report into
+	// one series, and a log line's endpoint would not say which.
 	type place struct{ pool, ep int }
 	names := map[string]place{}
 	for i, p := range c.Pools {

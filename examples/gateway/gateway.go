@@ -232,6 +232,7 @@ func (g *Gateway) newPool(pc PoolConfig) (*pool, error) {
 	p.pk, err = picker.New(pcfg,
 		picker.WithLogger(g.log.With("pool", pc.Name)),
 		picker.WithMeterProvider(g.mp),
+		picker.WithMetricAttributes(attribute.String("pool", pc.Name)),
 		picker.WithPrefixMatcher(ix),
 		picker.WithLatencyEstimator(p.pred),
 		picker.WithAdmitter(p.adm),

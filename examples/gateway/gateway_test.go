@@ -272,6 +272,8 @@ func TestHealthzAndMetrics(t *testing.T) {
 	assert.Contains(t, text, `inferroute_router_requests_total{code="200",model="`+base+`"`)
 	assert.Contains(t, text, "inferroute_router_ttft_seconds_bucket")
 	assert.Contains(t, text, "go_goroutines")
+	assert.Regexp(t, `(?m)^inferroute_picks_total\{endpoint="pod-a",otel_scope_name="[^"]+",otel_scope_schema_url="",otel_scope_version="",pool="llama"\} 1$`, text)
+	assert.Regexp(t, `(?m)^inferroute_pick_duration_seconds_count\{otel_scope_name="[^"]+",otel_scope_schema_url="",otel_scope_version="",pool="llama"\} 1$`, text)
 	assert.Regexp(t, `(?m)^target_info\{service_name="inferroute-gateway",`, text)
 }
 

@@ -16,7 +16,7 @@ import (
 // Collect collects reader once and returns its int64 sums and gauges by
 // "name{k=v,...}" (attributes in key order; just "name" for a data point
 // without attributes), sums of one key added up, and each float64
-// histogram's total count by name alone. It fails t if collecting fails.
+// histogram's count by the same key. It fails t if collecting fails.
 func Collect(t testing.TB, reader *sdkmetric.ManualReader) map[string]int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
@@ -37,7 +37,7 @@ func Collect(t testing.TB, reader *sdkmetric.ManualReader) map[string]int64 {
 				}
 			case metricdata.Histogram[float64]:
 				for _, dp := range d.DataPoints {
-					got[m.Name] += int64(dp.Count)
+					got[key(m.Name, dp.Attributes.ToSlice())] += int64(dp.Count)
 				}
 			}
 		}
