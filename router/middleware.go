@@ -123,7 +123,7 @@ func (m *Middleware) SetTable(t *Table) { m.p.SetTable(t) }
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := m.p
-		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && p.serveModels(w, r) {
+		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && p.serveModels(w, r) != 0 {
 			return
 		}
 		c := new(call)

@@ -117,6 +117,18 @@ type Config struct {
 	// MeterProvider records the router's metrics (requests by pool, model
 	// and status; request duration; TTFT; retries); nil means none.
 	MeterProvider metric.MeterProvider
+	// AccessLog, when not nil, receives one line per request the Proxy
+	// answers, at Info level, when it has been answered: "request" with
+	// method, path, status, duration and, when known, the client's
+	// address, x-request-id, model, pool, the endpoint that answered
+	// (or was tried last) and the attempts made, stream, ttft, the token
+	// usage the response reported, and the error. A client that went
+	// away is status 499. The line is built only when the logger is
+	// enabled for Info, so a logger switched off costs one call; on, a
+	// line costs about 3 µs through slog's JSON handler
+	// (BenchmarkProxy/1KB-accesslog against /1KB). The Middleware, whose
+	// next handler answers, writes none.
+	AccessLog *slog.Logger
 }
 
 // NewTransport returns a net/http transport for Config.Transport: keep-alive
@@ -276,6 +288,12 @@ type call struct {
 	// not closed yet (see sentBody): they read send, so the call is not
 	// reused while any is open.
 	open atomic.Int32
+
+	// For the access log: the endpoint that answered or was tried last,
+	// the upstream attempts made, and the outcome of the one answered.
+	ep       *signals.Endpoint
+	attempts int
+	outcome  signals.Outcome
 }
 
 // noCancel is the cancel of an attempt that made no context of its own.
@@ -311,8 +329,17 @@ func (p *Proxy) putCall(c *call) {
 // /v1/models/{model} from the table and proxies everything else: see the
 // package documentation.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && p.serveModels(w, r) {
-		return
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		var start time.Time
+		if p.cfg.AccessLog != nil {
+			start = p.clock.Now()
+		}
+		if status := p.serveModels(w, r); status != 0 {
+			if p.cfg.AccessLog != nil {
+				p.logAccess(r, nil, status, p.clock.Now().Sub(start), 0, nil)
+			}
+			return
+		}
 	}
 	c := p.getCall()
 	defer p.putCall(c)
@@ -321,13 +348,21 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		ae := errorFor(err, p.cfg.RetryAfter)
 		WriteError(w, ae)
-		p.inst.request(r.Context(), c, ae.Status, p.clock.Now().Sub(c.start), 0)
+		d := p.clock.Now().Sub(c.start)
+		p.inst.request(r.Context(), c, ae.Status, d, 0)
 		p.log.LogAttrs(r.Context(), slog.LevelDebug, "request rejected", slog.Int("status", ae.Status),
 			slog.String("error", err.Error()))
+		if p.cfg.AccessLog != nil {
+			p.logAccess(r, c, ae.Status, d, 0, err)
+		}
 		return
 	}
 	status, ttft, aborted := p.forward(w, r, c, res)
-	p.inst.request(r.Context(), c, status, p.clock.Now().Sub(c.start), ttft)
+	d := p.clock.Now().Sub(c.start)
+	p.inst.request(r.Context(), c, status, d, ttft)
+	if p.cfg.AccessLog != nil {
+		p.logAccess(r, c, status, d, ttft, nil)
+	}
 	if aborted {
 		// The body broke off after bytes were sent and the format has no
 		// in-band error: abort the connection so the client sees a failed
@@ -336,12 +371,71 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// logAccess writes the access log line of a request answered with status
+// after d; c is nil for a listing answered from the table, and err the
+// reason a request was refused before it was sent.
+func (p *Proxy) logAccess(r *http.Request, c *call, status int, d, ttft time.Duration, err error) {
+	ctx := r.Context()
+	l := p.cfg.AccessLog
+	if !l.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 16)
+	attrs = append(attrs, slog.String("method", clip(r.Method)), slog.String("path", clip(r.URL.Path)),
+		slog.Int("status", status), slog.Duration("duration", d))
+	if r.RemoteAddr != "" {
+		attrs = append(attrs, slog.String("client", r.RemoteAddr))
+	}
+	if c != nil {
+		if c.parsed.RequestID != "" {
+			attrs = append(attrs, slog.String("request_id", clip(c.parsed.RequestID)))
+		}
+		if c.parsed.Model != "" {
+			attrs = append(attrs, slog.String("model", clip(c.parsed.Model)))
+		}
+		if c.route.Pool != nil {
+			attrs = append(attrs, slog.String("pool", c.route.Pool.Name))
+		}
+		if c.ep != nil {
+			attrs = append(attrs, slog.String("endpoint", c.ep.Name), slog.Int("attempts", c.attempts),
+				slog.Bool("stream", c.parsed.Stream))
+		}
+		if ttft > 0 {
+			attrs = append(attrs, slog.Duration("ttft", ttft))
+		}
+		if o := &c.outcome; o.PromptTokens > 0 || o.CompletionTokens > 0 {
+			attrs = append(attrs, slog.Int("prompt_tokens", o.PromptTokens),
+				slog.Int("cached_tokens", o.CachedTokens), slog.Int("completion_tokens", o.CompletionTokens))
+		}
+		if err == nil {
+			err = c.outcome.Err
+		}
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", clip(err.Error())))
+	}
+	l.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+}
+
+// maxLogValue bounds each value of an access log line that the client
+// chose (the model name can be as long as the body limit): the line of a
+// hostile request stays short.
+const maxLogValue = 512
+
+// clip cuts s to maxLogValue bytes, marking the cut with "…".
+func clip(s string) string {
+	if len(s) <= maxLogValue {
+		return s
+	}
+	return s[:maxLogValue] + "…"
+}
+
 // serveModels answers a GET or HEAD of /v1/models with the table's list
 // of models, and of /v1/models/{model} (OpenAI's retrieve-model call, which
 // the model servers cannot answer for the table's aliases) with the
-// model's entry, or 404 model_not_found. It reports whether the path was
-// one of those.
-func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) bool {
+// model's entry, or 404 model_not_found. It returns the status it
+// answered with, or 0 when the path was none of those.
+func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) int {
 	path := strings.TrimRight(r.URL.Path, "/")
 	t := p.table.Load()
 	var b []byte
@@ -352,18 +446,19 @@ func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) bool {
 		model := path[len("/v1/models/"):]
 		var ok bool
 		if b, ok = t.ModelJSON(model); !ok {
-			WriteError(w, errorFor(fmt.Errorf("%w: %q", ErrModelNotFound, model), p.cfg.RetryAfter))
-			return true
+			ae := errorFor(fmt.Errorf("%w: %q", ErrModelNotFound, model), p.cfg.RetryAfter)
+			WriteError(w, ae)
+			return ae.Status
 		}
 	default:
-		return false
+		return 0
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
-	return true
+	return http.StatusOK
 }
 
 // admit reads and parses the request, routes it and picks an endpoint. On
@@ -621,6 +716,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 			// The client went away during the last attempt (a 5xx drained):
 			// no fallback is sent a request nobody waits for. The built-in
 			// client would write it on an idle connection before noticing.
+			c.outcome.Err = ctx.Err()
 			return 499, 0, false
 		}
 		if i == len(targets) {
@@ -675,6 +771,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 			c.again = c.route.Pool.Picker.Assign(ctx, &c.req, ep)
 			done, first = c.again.Done, &c.again
 		}
+		c.ep, c.attempts = ep, c.attempts+1
 		t0 := p.clock.Now()
 		resp, err := p.roundTrip(ctx, r, c, ep)
 		if err != nil {
@@ -682,9 +779,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 			switch {
 			case ctx.Err() != nil:
 				o.Err = ctx.Err()
+				c.outcome = o
 				done(o)
 				return 499, 0, false
 			case errors.Is(err, ErrUpstreamTimeout):
+				c.outcome = o
 				done(o)
 				WriteError(w, errorFor(err, 0))
 				return http.StatusGatewayTimeout, 0, false
@@ -734,6 +833,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, c *call, res pic
 		lastErr = fmt.Errorf("%w: every endpoint tried was down before the request and failed to connect",
 			picker.ErrNoEndpoints)
 	}
+	c.outcome.Err = lastErr
 	ae := errorFor(lastErr, 0)
 	WriteError(w, ae)
 	return ae.Status, 0, false
@@ -929,6 +1029,7 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, c *call, resp *h
 	o.Latency = p.clock.Now().Sub(t0)
 	o.Buffered = ct != eventStream
 	c.buffered = o.Buffered
+	c.outcome = o
 	done(o)
 	return status, o.TTFT, aborted
 }

@@ -35,6 +35,11 @@ type Config struct {
 	DrainTimeout picker.Duration `yaml:"drainTimeout"`
 	// LogLevel is debug, info, warn or error; default info.
 	LogLevel string `yaml:"logLevel"`
+	// AccessLog writes one JSON line per request to standard output when
+	// it has been answered (router.Config.AccessLog): status, model, pool,
+	// endpoint, attempts, TTFT, duration, tokens. Independent of LogLevel;
+	// a reload turns it on or off. Default off.
+	AccessLog bool `yaml:"accessLog"`
 	// TLS, when set, serves the gateway over HTTPS (HTTP/2 and HTTP/1.1)
 	// instead of plain HTTP.
 	TLS *TLSConfig `yaml:"tls"`

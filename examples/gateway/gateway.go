@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -55,6 +56,9 @@ type Gateway struct {
 	eps atomic.Pointer[[]*signals.Endpoint]
 	// cert is the certificate served with cfg.TLS, which a reload renews.
 	cert atomic.Pointer[tls.Certificate]
+	// accessOn switches the access log (cfg.AccessLog), which a reload
+	// sets.
+	accessOn atomic.Bool
 
 	// mu serialises Reload and Close, and guards what they change.
 	mu    sync.Mutex
@@ -100,6 +104,11 @@ func (s *admission) Admit(ctx context.Context, in *scorer.Input) (bool, string) 
 // provider exported in the Prometheus format on /metrics. Nothing runs
 // until Start.
 func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
+	return newGateway(cfg, log, os.Stdout)
+}
+
+// newGateway is NewGateway with the access log's destination.
+func newGateway(cfg Config, log *slog.Logger, access io.Writer) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, log: log, pools: map[string]*pool{}, registry: prometheus.NewRegistry(), created: time.Now()}
 	g.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	exp, err := otelprom.New(otelprom.WithRegisterer(g.registry))
@@ -149,6 +158,7 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 		all = append(all, p.eps...)
 	}
 	g.eps.Store(&all)
+	g.accessOn.Store(cfg.AccessLog)
 	table, err := g.table(cfg, g.pools)
 	if err != nil {
 		g.closePools()
@@ -166,6 +176,7 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 		EndpointHeader:    cfg.Router.EndpointHeader,
 		Logger:            log,
 		MeterProvider:     g.mp,
+		AccessLog:         slog.New(switched{on: &g.accessOn, h: slog.NewJSONHandler(access, nil)}),
 	})
 	if err != nil {
 		g.closePools()
@@ -415,6 +426,8 @@ type runOptions struct {
 	// reloads delivers the configurations to apply (Gateway.Reload), or
 	// why one could not be read; nil delivers none.
 	reloads <-chan configLoad
+	// access receives the access log; nil means standard output.
+	access io.Writer
 }
 
 // run serves the gateway described by cfg on ln until ctx ends, then shuts
@@ -424,7 +437,11 @@ type runOptions struct {
 // It returns nil after a clean drain. A demo mode (or a test) can call it
 // with its own listener and configuration.
 func run(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger, opts runOptions) error {
-	g, err := NewGateway(cfg, log)
+	access := opts.access
+	if access == nil {
+		access = os.Stdout
+	}
+	g, err := newGateway(cfg, log, access)
 	if err != nil {
 		return err
 	}
@@ -526,4 +543,30 @@ func serviceResource() (*resource.Resource, error) {
 		resource.WithAttributes(attribute.String("service.name", serviceName)),
 		resource.WithFromEnv(),
 	)
+}
+
+// switched is a slog.Handler that passes records to h while on is set: the
+// access log, which a reload turns on or off. Off, Enabled is one atomic
+// load and the proxy builds no line.
+type switched struct {
+	on *atomic.Bool
+	h  slog.Handler
+}
+
+// Enabled implements slog.Handler.
+func (s switched) Enabled(ctx context.Context, l slog.Level) bool {
+	return s.on.Load() && s.h.Enabled(ctx, l)
+}
+
+// Handle implements slog.Handler.
+func (s switched) Handle(ctx context.Context, r slog.Record) error { return s.h.Handle(ctx, r) }
+
+// WithAttrs implements slog.Handler.
+func (s switched) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return switched{on: s.on, h: s.h.WithAttrs(attrs)}
+}
+
+// WithGroup implements slog.Handler.
+func (s switched) WithGroup(name string) slog.Handler {
+	return switched{on: s.on, h: s.h.WithGroup(name)}
 }

@@ -22,8 +22,8 @@ import (
 
 // Reload applies cfg, a parsed configuration, to the running gateway:
 // pools added, removed or changed (models, adapters, aliases, the picker's
-// configuration, admission control, endpoints), the log level, and the
-// TLS certificate, read again from its files. Every part is built and
+// configuration, admission control, endpoints), the log level, the access
+// log on or off, and the TLS certificate, read again from its files. Every part is built and
 // checked before any is applied, so a configuration that fails (an
 // unknown scorer, a model served by two pools, a bad admission parameter,
 // a key that does not match its certificate) leaves the gateway as it
@@ -172,6 +172,7 @@ func (g *Gateway) reload(cfg Config) error {
 	if g.level != nil {
 		g.level.Set(level)
 	}
+	g.accessOn.Store(cfg.AccessLog)
 	g.cfg = cfg
 	for _, name := range restart {
 		g.log.Warn("config reload: setting takes effect at restart; the running value stays", "setting", name)

@@ -337,3 +337,63 @@ func TestSIGHUPReloads(t *testing.T) {
 	default:
 	}
 }
+
+// TestAccessLog: accessLog writes one JSON line per request, apart from the
+// diagnostic log and whatever its level, and a reload turns it on and off.
+func TestAccessLog(t *testing.T) {
+	a := newPod(t, nil)
+	cfg, err := ParseConfig([]byte(gatewayYAML(a.addr()) + "logLevel: error\n"))
+	require.NoError(t, err)
+	require.False(t, cfg.AccessLog, "off by default")
+	var access syncBuf
+	g, err := newGateway(cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), &access)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, g.Start(ctx))
+	t.Cleanup(func() {
+		cancel()
+		_ = g.Close(context.Background())
+	})
+	// ServeHTTP returns after the line is written.
+	chat := func() {
+		t.Helper()
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
+			strings.NewReader(`{"model":"llama","messages":[{"role":"user","content":"hi"}]}`))
+		r.Header.Set("Content-Type", "application/json")
+		g.Handler().ServeHTTP(w, r)
+		require.Equal(t, 200, w.Code, w.Body.String())
+	}
+	lines := func() []map[string]any {
+		var out []map[string]any
+		for _, l := range strings.Split(strings.TrimSpace(access.String()), "\n") {
+			if l == "" {
+				continue
+			}
+			var m map[string]any
+			require.NoError(t, json.Unmarshal([]byte(l), &m), l)
+			out = append(out, m)
+		}
+		return out
+	}
+
+	chat()
+	assert.Empty(t, lines(), "off")
+
+	on, err := ParseConfig([]byte(gatewayYAML(a.addr()) + "logLevel: error\naccessLog: true\n"))
+	require.NoError(t, err)
+	require.NoError(t, g.Reload(on))
+	chat()
+	got := lines()
+	require.Len(t, got, 1, "on after the reload, though logLevel is error")
+	assert.Equal(t, "request", got[0]["msg"])
+	assert.Equal(t, 200.0, got[0]["status"])
+	assert.Equal(t, "llama", got[0]["model"])
+	assert.Equal(t, "llama", got[0]["pool"])
+	assert.Equal(t, "pod-a", got[0]["endpoint"])
+	assert.Equal(t, 1.0, got[0]["attempts"])
+
+	require.NoError(t, g.Reload(cfg))
+	chat()
+	assert.Len(t, lines(), 1, "off again")
+}
