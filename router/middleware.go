@@ -129,6 +129,9 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		c := new(call)
 		c.start = p.clock.Now()
 		res, err := p.admit(r, c)
+		if p.cfg.RequestID != nil {
+			p.echoRequestID(w, c.hdr)
+		}
 		if err != nil {
 			ae := errorFor(err, p.cfg.RetryAfter)
 			WriteError(w, ae)
@@ -142,6 +145,9 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		}
 		r2 := r.WithContext(NewContext(r.Context(), d))
 		r2.Header = r.Header.Clone()
+		if p.cfg.RequestID != nil && r2.Header.Get(canonicalRequestID) == "" {
+			r2.Header[canonicalRequestID] = c.hdr[canonicalRequestID] // the one admit made
+		}
 		for k := range r2.Header {
 			if p.stripped(http.CanonicalHeaderKey(k)) {
 				delete(r2.Header, k)

@@ -5,10 +5,13 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -117,6 +120,15 @@ type Config struct {
 	// MeterProvider records the router's metrics (requests by pool, model
 	// and status; request duration; TTFT; retries); nil means none.
 	MeterProvider metric.MeterProvider
+	// RequestID, when not nil, makes the x-request-id of each request
+	// that came without one (NewRequestID is a generator): the upstream
+	// request carries it (vLLM takes it as its own request id, in its
+	// logs), and so do signals.Request.ID and the access log. The
+	// response then carries the request's id, made or the client's, in
+	// X-Request-Id, as OpenAI's API returns one with every response
+	// (its SDKs expose it), unless the model server's response has its
+	// own. The Middleware hands its next handler the request with it.
+	RequestID func() string
 	// AccessLog, when not nil, receives one line per request the Proxy
 	// answers, at Info level, when it has been answered: "request" with
 	// method, path, status, duration and, when known, the client's
@@ -345,6 +357,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer p.putCall(c)
 	c.start = p.clock.Now()
 	res, err := p.admit(r, c)
+	if p.cfg.RequestID != nil {
+		p.echoRequestID(w, c.hdr)
+	}
 	if err != nil {
 		ae := errorFor(err, p.cfg.RetryAfter)
 		WriteError(w, ae)
@@ -417,6 +432,26 @@ func (p *Proxy) logAccess(r *http.Request, c *call, status int, d, ttft time.Dur
 	l.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
 }
 
+// echoRequestID sets the response's X-Request-Id to the request's, in
+// hdr, the upstream request's header, if it has one (Config.RequestID);
+// a model server's response that has its own replaces it.
+func (p *Proxy) echoRequestID(w http.ResponseWriter, hdr http.Header) {
+	if id := hdr.Get(canonicalRequestID); id != "" {
+		w.Header()[canonicalRequestID] = []string{id}
+	}
+}
+
+// NewRequestID returns a new request id for Config.RequestID: 32 hex
+// digits, 128 random bits from math/rand/v2's runtime source, the form of
+// the ids vLLM makes (a UUID4's hex). It is unique with overwhelming
+// probability, not unguessable: it names a request, it grants nothing.
+func NewRequestID() string {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
+	return hex.EncodeToString(b[:])
+}
+
 // maxLogValue bounds each value of an access log line that the client
 // chose (the model name can be as long as the body limit): the line of a
 // hostile request stays short.
@@ -470,6 +505,9 @@ func (p *Proxy) admit(r *http.Request, c *call) (picker.Result, error) {
 	var err error
 	if c.hdr, err = p.cleanHeader(r, c.hdr); err != nil {
 		return picker.Result{}, err
+	}
+	if p.cfg.RequestID != nil && c.hdr.Get(canonicalRequestID) == "" {
+		c.hdr[canonicalRequestID] = []string{p.cfg.RequestID()}
 	}
 	if err := p.readBody(r, c); err != nil {
 		return picker.Result{}, err

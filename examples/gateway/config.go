@@ -76,6 +76,11 @@ type RouterConfig struct {
 	// EndpointHeader, if set, names the chosen endpoint on the upstream
 	// request.
 	EndpointHeader string `yaml:"endpointHeader"`
+	// RequestIDs gives each request that came without an x-request-id
+	// one (router.Config.RequestID with router.NewRequestID), sent to
+	// the model server, returned in X-Request-Id and in the access log.
+	// Default off.
+	RequestIDs bool `yaml:"requestIds"`
 	// UpstreamScheme is http (default) or https: how the gateway reaches
 	// its endpoints, for requests and for the default metrics URL
 	// (scheme://address/metrics) alike.

@@ -177,6 +177,7 @@ func newGateway(cfg Config, log *slog.Logger, access io.Writer) (*Gateway, error
 		Logger:            log,
 		MeterProvider:     g.mp,
 		AccessLog:         slog.New(switched{on: &g.accessOn, h: slog.NewJSONHandler(access, nil)}),
+		RequestID:         requestIDs(cfg.Router.RequestIDs),
 	})
 	if err != nil {
 		g.closePools()
@@ -569,4 +570,13 @@ func (s switched) WithAttrs(attrs []slog.Attr) slog.Handler {
 // WithGroup implements slog.Handler.
 func (s switched) WithGroup(name string) slog.Handler {
 	return switched{on: s.on, h: s.h.WithGroup(name)}
+}
+
+// requestIDs is router.Config.RequestID for RouterConfig.RequestIDs:
+// router.NewRequestID when on, nil when off.
+func requestIDs(on bool) func() string {
+	if on {
+		return router.NewRequestID
+	}
+	return nil
 }

@@ -339,10 +339,12 @@ func TestSIGHUPReloads(t *testing.T) {
 }
 
 // TestAccessLog: accessLog writes one JSON line per request, apart from the
-// diagnostic log and whatever its level, and a reload turns it on and off.
+// diagnostic log and whatever its level, and a reload turns it on and off;
+// with requestIds, the line and the response carry the id made.
 func TestAccessLog(t *testing.T) {
 	a := newPod(t, nil)
-	cfg, err := ParseConfig([]byte(gatewayYAML(a.addr()) + "logLevel: error\n"))
+	const extra = "logLevel: error\nrouter: {requestIds: true}\n"
+	cfg, err := ParseConfig([]byte(gatewayYAML(a.addr()) + extra))
 	require.NoError(t, err)
 	require.False(t, cfg.AccessLog, "off by default")
 	var access syncBuf
@@ -355,7 +357,7 @@ func TestAccessLog(t *testing.T) {
 		_ = g.Close(context.Background())
 	})
 	// ServeHTTP returns after the line is written.
-	chat := func() {
+	chat := func() string {
 		t.Helper()
 		w := httptest.NewRecorder()
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
@@ -363,6 +365,7 @@ func TestAccessLog(t *testing.T) {
 		r.Header.Set("Content-Type", "application/json")
 		g.Handler().ServeHTTP(w, r)
 		require.Equal(t, 200, w.Code, w.Body.String())
+		return w.Header().Get("X-Request-Id")
 	}
 	lines := func() []map[string]any {
 		var out []map[string]any
@@ -380,10 +383,11 @@ func TestAccessLog(t *testing.T) {
 	chat()
 	assert.Empty(t, lines(), "off")
 
-	on, err := ParseConfig([]byte(gatewayYAML(a.addr()) + "logLevel: error\naccessLog: true\n"))
+	on, err := ParseConfig([]byte(gatewayYAML(a.addr()) + extra + "accessLog: true\n"))
 	require.NoError(t, err)
 	require.NoError(t, g.Reload(on))
-	chat()
+	id := chat()
+	assert.Regexp(t, `^[0-9a-f]{32}$`, id, "requestIds: one made")
 	got := lines()
 	require.Len(t, got, 1, "on after the reload, though logLevel is error")
 	assert.Equal(t, "request", got[0]["msg"])
@@ -392,6 +396,7 @@ func TestAccessLog(t *testing.T) {
 	assert.Equal(t, "llama", got[0]["pool"])
 	assert.Equal(t, "pod-a", got[0]["endpoint"])
 	assert.Equal(t, 1.0, got[0]["attempts"])
+	assert.Equal(t, id, got[0]["request_id"])
 
 	require.NoError(t, g.Reload(cfg))
 	chat()
