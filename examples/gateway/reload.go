@@ -34,7 +34,7 @@ import (
 // prefix index and latency predictor learnt of it. One whose address,
 // engine, model, adapters, labels or metrics URL changed starts afresh, as
 // a new pod would. A pool that stays keeps its index and predictor (the
-// predictor keeps the staleness half-life it was built with); a removed
+// predictor takes the picker's new staleness half-life); a removed
 // pool's requests in flight finish where they were sent.
 //
 // The settings the server, proxy and scraper were built with (listen,
@@ -145,6 +145,7 @@ func (g *Gateway) reload(cfg Config) error {
 			// Check accepted this configuration a moment ago, under the lock.
 			g.log.Error("config reload: pool's picker configuration refused after its check", "pool", s.pc.Name, "error", err)
 		}
+		s.p.pred.SetHalfLife(halfLife(s.pcfg))
 		s.p.adm.a.Store(s.adm)
 		s.p.pk.SetEndpoints(s.eps)
 		s.p.eps, s.p.cfg = s.eps, s.pc

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inferroute/inferroute/picker"
 	"github.com/inferroute/inferroute/signals"
 )
 
@@ -401,4 +402,23 @@ func TestAccessLog(t *testing.T) {
 	require.NoError(t, g.Reload(cfg))
 	chat()
 	assert.Len(t, lines(), 1, "off again")
+}
+
+// TestReloadHalfLife: a pool's latency predictor takes the staleness
+// half-life of the picker configuration a reload brings.
+func TestReloadHalfLife(t *testing.T) {
+	a := newPod(t, nil)
+	cfg, err := ParseConfig([]byte(gatewayYAML(a.addr())))
+	require.NoError(t, err)
+	g, err := NewGateway(cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	pred := g.pools["llama"].pred
+	require.Equal(t, picker.DefaultHalfLife, pred.HalfLife())
+
+	next, err := ParseConfig([]byte(strings.Replace(gatewayYAML(a.addr()), "    picker:\n", "    picker:\n      stalenessHalfLife: 7s\n", 1)))
+	require.NoError(t, err)
+	require.NoError(t, g.Reload(next))
+	assert.Same(t, pred, g.pools["llama"].pred, "the predictor stays, with what it learnt")
+	assert.Equal(t, 7*time.Second, pred.HalfLife())
 }

@@ -360,3 +360,51 @@ func TestCompletionAfterForgetTeachesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestSetHalfLife: after SetHalfLife a predictor reads scrapes as one built
+// with that half-life does (what it learnt kept), and its one-call path
+// (PredictTTFTLoad) takes a load corrected with the new half-life.
+func TestSetHalfLife(t *testing.T) {
+	build := func(hl time.Duration) (*Predictor, []*synthEndpoint, *fakeClock) {
+		clk := newFakeClock()
+		p := New(Config{Clock: clk, HalfLife: hl})
+		fleet := newSynthFleet(1, 2.5)
+		trainFleet(p, clk, rand.New(rand.NewPCG(9, 9)), fleet, 40)
+		return p, fleet, clk
+	}
+	changed, fleetC, clk := build(3 * time.Second)
+	changed.SetHalfLife(time.Second)
+	assert.Equal(t, time.Second, changed.HalfLife())
+	built, fleetB, _ := build(time.Second)
+	kept, fleetK, _ := build(3 * time.Second)
+
+	stale := func(fleet []*synthEndpoint) {
+		for _, s := range fleet {
+			s.ep.SetMetrics(&signals.Metrics{ScrapedAt: clk.Now().Add(-2 * time.Second),
+				Waiting: signals.Known(6), Running: signals.Known(24), KVCacheUtilization: signals.Known(0.8),
+				BlockSize: 16, NumBlocks: 1000})
+		}
+	}
+	stale(fleetC)
+	stale(fleetB)
+	stale(fleetK)
+	req := &signals.Request{PromptTokens: 1500}
+	differs := false
+	for i := range fleetC {
+		now := clk.Now()
+		c, ok := changed.PredictTTFTAt(req, fleetC[i].ep, 0.2, now)
+		require.True(t, ok)
+		b, _ := built.PredictTTFTAt(req, fleetB[i].ep, 0.2, now)
+		k, _ := kept.PredictTTFTAt(req, fleetK[i].ep, 0.2, now)
+		assert.InDelta(t, b, c, 1e-9*max(1, b), "as if built with the new half-life")
+		differs = differs || math.Abs(k-c) > 1e-6
+		load := fleetC[i].ep.LoadAt(now, time.Second)
+		v, _, ok := changed.PredictTTFTLoad(req, fleetC[i].ep, &load, 0.2, now)
+		require.True(t, ok)
+		assert.InDelta(t, c, v, 1e-9*max(1, c))
+	}
+	assert.True(t, differs, "the old half-life reads a 2 s old scrape otherwise")
+
+	changed.SetHalfLife(-time.Second)
+	assert.Zero(t, changed.HalfLife(), "negative means 0: scrapes never age")
+}

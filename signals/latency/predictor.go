@@ -162,6 +162,9 @@ func (c Config) withDefaults() Config {
 type Predictor struct {
 	cfg     Config
 	pending *pending
+	// halfLife is Config.HalfLife in nanoseconds, which SetHalfLife
+	// changes; cfg.HalfLife is not read.
+	halfLife atomic.Int64
 
 	// states maps endpoints to their state. It is copied on write (a new
 	// endpoint, Forget, a sweep: rare) so that the pick path reads a plain
@@ -219,6 +222,7 @@ type adapterSeen struct {
 func New(cfg Config) *Predictor {
 	cfg = cfg.withDefaults()
 	p := &Predictor{cfg: cfg, pending: newPending(cfg.MaxPending)}
+	p.SetHalfLife(cfg.HalfLife)
 	p.states.Store(&map[*signals.Endpoint]*epState{})
 	for i := 0; i < maxDim; i++ {
 		p.reg[i] = cfg.PriorSamples * ttftScale[i] * ttftScale[i]
@@ -239,6 +243,19 @@ func New(cfg Config) *Predictor {
 	p.poolPubG.store(&p.poolTPOT)
 	return p
 }
+
+// SetHalfLife sets the age at which a scraped value's confidence halves
+// (Config.HalfLife) for the predictions and observations made after it
+// returns: a gateway whose pool's staleness setting is reloaded keeps what
+// the predictor has learnt. Negative means 0 (scrapes never age). It is
+// safe to call concurrently with every other method.
+func (p *Predictor) SetHalfLife(d time.Duration) {
+	p.halfLife.Store(int64(max(d, 0)))
+}
+
+// HalfLife returns the half-life in force (Config.HalfLife, or the last
+// SetHalfLife).
+func (p *Predictor) HalfLife() time.Duration { return time.Duration(p.halfLife.Load()) }
 
 // Compile-time guards.
 var (
@@ -383,7 +400,7 @@ func (p *Predictor) PredictTTFTLoad(req *signals.Request, ep *signals.Endpoint, 
 	st := p.state(ep)
 	u := uncached(req.PromptTokens, cachedFraction)
 	var x, theta [maxDim]float64
-	if load != nil && load.HalfLife == p.cfg.HalfLife {
+	if load != nil && load.HalfLife == p.HalfLife() {
 		p.loadFeatures(&x, req, ep, st, u, load, now)
 	} else {
 		p.liveFeatures(&x, req, ep, st, u, now)
@@ -401,9 +418,10 @@ func (p *Predictor) PredictTPOT(req *signals.Request, ep *signals.Endpoint) (flo
 	st := p.state(ep)
 	now := p.cfg.Clock.Now()
 	var z, theta [maxDim]float64
+	hl := p.HalfLife()
 	z[gConst] = 1
-	z[gBatch] = bound(ep.RunningRequests(now, p.cfg.HalfLife), maxRunning) + 1
-	z[gKV] = kvUtil(ep, now, p.cfg.HalfLife)
+	z[gBatch] = bound(ep.RunningRequests(now, hl), maxRunning) + 1
+	z[gKV] = kvUtil(ep, now, hl)
 	p.tpotTheta(st, &theta)
 	return clampSeconds(dot(&theta, &z, tpotDim)), true
 }
@@ -495,12 +513,13 @@ func queuedTokens(prefillReqs, prefillTokens int64, waiting, avg, own float64, c
 func (p *Predictor) liveFeatures(x *[maxDim]float64, req *signals.Request, ep *signals.Endpoint, st *epState, u float64, now time.Time) {
 	avg := p.meanPrompt(st, u)
 	pr, pt := ep.Prefilling()
-	q := queuedTokens(pr, pt, ep.QueueDepth(now, p.cfg.HalfLife), avg, 0, false)
+	hl := p.HalfLife()
+	q := queuedTokens(pr, pt, ep.QueueDepth(now, hl), avg, 0, false)
 	x[fConst] = 1
 	x[fUncached] = u / 1000
 	x[fQueued] = bound(q, maxQueuedTokens) / 1000
-	x[fRunning] = bound(ep.RunningRequests(now, p.cfg.HalfLife), maxRunning)
-	x[fKV] = kvUtil(ep, now, p.cfg.HalfLife)
+	x[fRunning] = bound(ep.RunningRequests(now, hl), maxRunning)
+	x[fKV] = kvUtil(ep, now, hl)
 	if req.Adapter != "" && ep.LoRAResidency(req.Adapter, now) < signals.ResidencyWaiting {
 		x[fLoRA] = 1
 	}
@@ -582,11 +601,12 @@ func (p *Predictor) Dispatched(req *signals.Request, ep *signals.Endpoint) {
 	x[fConst] = 1
 	x[fUncached] = u / 1000
 	pr, pt := ep.Prefilling()
-	q := queuedTokens(pr, pt, ep.QueueDepth(now, p.cfg.HalfLife), avg, u, true)
+	hl := p.HalfLife()
+	q := queuedTokens(pr, pt, ep.QueueDepth(now, hl), avg, u, true)
 	x[fQueued] = bound(q, maxQueuedTokens) / 1000
-	running := bound(ep.RunningRequests(now, p.cfg.HalfLife)-1, maxRunning)
+	running := bound(ep.RunningRequests(now, hl)-1, maxRunning)
 	x[fRunning] = running
-	kv := kvUtil(ep, now, p.cfg.HalfLife)
+	kv := kvUtil(ep, now, hl)
 	if capTokens := ep.Metrics().CapacityTokens(); capTokens > 0 {
 		kv = max(kv-u/float64(capTokens), 0)
 	}
