@@ -40,6 +40,8 @@ type instruments struct {
 	perEndpoint sync.Map // *signals.Endpoint -> *endpointCounts
 	counters    *counters
 	errOpts     map[error]metric.MeasurementOption
+	// reg is the counters' callback, which close unregisters.
+	reg metric.Registration
 }
 
 // counters holds the counts of every endpoint name seen, departed ones
@@ -93,7 +95,7 @@ func (in *instruments) init(mp metric.MeterProvider, attrs []attribute.KeyValue)
 		metric.WithDescription("Requests reported through Done, per endpoint and result.")); err != nil {
 		return err
 	}
-	if _, err = m.RegisterCallback(cs.observe, cs.picks, cs.outcomes); err != nil {
+	if in.reg, err = m.RegisterCallback(cs.observe, cs.picks, cs.outcomes); err != nil {
 		return err
 	}
 	in.counters = cs
@@ -156,6 +158,15 @@ func (cs *counters) observe(_ context.Context, o metric.Observer) error {
 		}
 	}
 	return nil
+}
+
+// close unregisters the counters' callback: the meter provider no longer
+// reports them, nor holds them.
+func (in *instruments) close() error {
+	if in.reg == nil {
+		return nil
+	}
+	return in.reg.Unregister()
 }
 
 // retain drops the cached counters of endpoints not in eps; their counts

@@ -83,6 +83,8 @@ type Picker struct {
 	seq   atomic.Uint64
 	rotor atomic.Uint64 // round-robin position for banded ties
 
+	closed sync.Once
+
 	records sync.Pool
 	// inputs holds the filters' and scorers' working memory (the memo of
 	// candidate loads), apart from the records: it is needed only while a
@@ -215,6 +217,22 @@ func (p *Picker) SetEndpoints(eps []*signals.Endpoint) {
 		r.Retain(snap)
 	}
 	p.inst.retain(snap)
+}
+
+// Close unregisters the picker's metric callback from the meter provider
+// (WithMeterProvider), so that a picker dropped for good (a gateway's
+// pool removed by a reload) is no longer called at each collection and
+// its per-endpoint counts (inferroute.picks,
+// inferroute.requests.completed) stop being reported; the series of its
+// synchronous instruments (pick duration, pick errors) stay, as the SDK
+// keeps every series recorded. The picker itself keeps working: picks,
+// and the Done of picks in flight, are served as before. Close is
+// idempotent and returns the meter provider's error, if any, from the
+// first call.
+func (p *Picker) Close() error {
+	var err error
+	p.closed.Do(func() { err = p.inst.close() })
+	return err
 }
 
 // Endpoints returns the current endpoint snapshot. The slice must not be

@@ -848,6 +848,33 @@ func TestMetricAttributes(t *testing.T) {
 	}, metrictest.Collect(t, reader))
 }
 
+// TestClose: a closed picker's per-endpoint counts leave the meter
+// provider's collections; it still picks.
+func TestClose(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	cfg := Config{Scorers: []Plugin{{Name: scorer.ScorerQueue, Weight: 1}}}
+	p, _ := newPicker(t, cfg, []*signals.Endpoint{ep("a", 0, 0, 0)}, WithMeterProvider(mp),
+		WithMetricAttributes(attribute.String("pool", "gone")))
+	res, err := p.Pick(context.Background(), nil)
+	require.NoError(t, err)
+	res.Done(DoneInfo{})
+	require.Equal(t, int64(1), metrictest.Collect(t, reader)["inferroute.picks{endpoint=a,pool=gone}"])
+
+	require.NoError(t, p.Close())
+	require.NoError(t, p.Close(), "idempotent")
+	res, err = p.Pick(context.Background(), nil)
+	require.NoError(t, err, "a closed picker still picks")
+	res.Done(DoneInfo{})
+	got := metrictest.Collect(t, reader)
+	assert.NotContains(t, got, "inferroute.picks{endpoint=a,pool=gone}")
+	assert.NotContains(t, got, "inferroute.requests.completed{endpoint=a,pool=gone,result=ok}")
+	assert.Equal(t, int64(2), got["inferroute.pick.duration{pool=gone}"], "a synchronous instrument's series stays")
+
+	q, _ := newPicker(t, cfg, nil) // no meter provider
+	assert.NoError(t, q.Close())
+}
+
 // TestPickerNotHeldByMeterProvider: the meter provider outlives a picker
 // it was given; its callback must not keep the dropped picker, with its
 // endpoints, alive.

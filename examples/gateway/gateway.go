@@ -345,8 +345,16 @@ func (g *Gateway) table(cfg Config, pools map[string]*pool) (*router.Table, erro
 // closePools closes the pools' indexes (their gauges' callbacks).
 func (g *Gateway) closePools() {
 	for _, p := range g.pools {
-		_ = p.ix.Close()
+		p.close()
 	}
+}
+
+// close releases what a pool registered with the meter provider, its
+// prefix index's gauges and its picker's counters, so that a pool that
+// is gone leaves nothing to be called at each collection. Requests in
+// flight still finish and report.
+func (p *pool) close() error {
+	return errors.Join(p.ix.Close(), p.pk.Close())
 }
 
 // loadCert reads the certificate and key that c names.
@@ -412,7 +420,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 	defer g.mu.Unlock()
 	var errs []error
 	for _, p := range g.pools {
-		errs = append(errs, p.ix.Close())
+		errs = append(errs, p.close())
 	}
 	errs = append(errs, g.mp.Shutdown(ctx))
 	return errors.Join(errs...)

@@ -35,7 +35,8 @@ import (
 // engine, model, adapters, labels or metrics URL changed starts afresh, as
 // a new pod would. A pool that stays keeps its index and predictor (the
 // predictor takes the picker's new staleness half-life); a removed
-// pool's requests in flight finish where they were sent.
+// pool's requests in flight finish where they were sent, and its series
+// of picks, completions and prefix-index gauges leave /metrics.
 //
 // The settings the server, proxy and scraper were built with (listen,
 // readHeaderTimeout, idleTimeout, drainTimeout, router, scrape, and
@@ -87,7 +88,7 @@ func (g *Gateway) reload(cfg Config) error {
 	var fresh []*pool
 	fail := func(err error) error {
 		for _, p := range fresh {
-			_ = p.ix.Close()
+			p.close()
 		}
 		return err
 	}
@@ -162,7 +163,7 @@ func (g *Gateway) reload(cfg Config) error {
 			// Its endpoints' state goes with it; requests in flight
 			// still report to the picker and index they were picked by.
 			p.pk.SetEndpoints(nil)
-			_ = p.ix.Close()
+			p.close()
 		}
 	}
 	slices.Sort(removed)

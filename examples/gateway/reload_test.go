@@ -422,3 +422,44 @@ func TestReloadHalfLife(t *testing.T) {
 	assert.Same(t, pred, g.pools["llama"].pred, "the predictor stays, with what it learnt")
 	assert.Equal(t, 7*time.Second, pred.HalfLife())
 }
+
+// TestReloadReleasesRemovedPools: a pool that a reload removes leaves no
+// per-endpoint counts or index gauges in /metrics, where before its
+// callbacks stayed registered with the meter provider for the life of the
+// process, one set per removal.
+func TestReloadReleasesRemovedPools(t *testing.T) {
+	a, q := newPod(t, nil), newPod(t, nil)
+	cfg, err := ParseConfig([]byte(twoPools([]string{a.addr()}, q.addr(), "")))
+	require.NoError(t, err)
+	g, err := NewGateway(cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	chat := func(model string) {
+		t.Helper()
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
+			strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
+		g.Handler().ServeHTTP(w, r)
+		require.Equal(t, 200, w.Code, w.Body.String())
+	}
+	metrics := func() string {
+		t.Helper()
+		w := httptest.NewRecorder()
+		g.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		return w.Body.String()
+	}
+	chat("llama")
+	chat(qwen)
+	before := metrics()
+	require.Regexp(t, `inferroute_picks_total\{endpoint="pod-q",.*pool="qwen"\} 1`, before)
+	require.Contains(t, before, `inferroute_prefix_index_entries{otel_scope_name="github.com/inferroute/inferroute/examples/gateway",otel_scope_schema_url="",otel_scope_version="",pool="qwen"}`)
+
+	next, err := ParseConfig([]byte(twoPools([]string{a.addr()}, "", "")))
+	require.NoError(t, err)
+	require.NoError(t, g.Reload(next))
+	after := metrics()
+	assert.NotRegexp(t, `inferroute_picks_total\{[^}]*pool="qwen"`, after)
+	assert.NotRegexp(t, `inferroute_requests_completed_total\{[^}]*pool="qwen"`, after)
+	assert.NotRegexp(t, `inferroute_prefix_index_[a-z_]+\{[^}]*pool="qwen"`, after)
+	assert.Regexp(t, `inferroute_picks_total\{endpoint="pod-a",.*pool="llama"\} 1`, after, "the pool that stays keeps its counts")
+}
