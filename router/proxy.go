@@ -127,7 +127,8 @@ type Config struct {
 	// response then carries the request's id, made or the client's, in
 	// X-Request-Id, as OpenAI's API returns one with every response
 	// (its SDKs expose it), unless the model server's response has its
-	// own. The Middleware hands its next handler the request with it.
+	// own. The Middleware hands its next handler the request with it. An
+	// id that is empty or not a valid header value is not used.
 	RequestID func() string
 	// AccessLog, when not nil, receives one line per request the Proxy
 	// answers, at Info level, when it has been answered: "request" with
@@ -507,7 +508,11 @@ func (p *Proxy) admit(r *http.Request, c *call) (picker.Result, error) {
 		return picker.Result{}, err
 	}
 	if p.cfg.RequestID != nil && c.hdr.Get(canonicalRequestID) == "" {
-		c.hdr[canonicalRequestID] = []string{p.cfg.RequestID()}
+		// A generator's id is checked as a client's is: one with a
+		// control character would split the upstream request's head.
+		if id := p.cfg.RequestID(); id != "" && validFieldValue(id) {
+			c.hdr[canonicalRequestID] = []string{id}
+		}
 	}
 	if err := p.readBody(r, c); err != nil {
 		return picker.Result{}, err

@@ -71,6 +71,17 @@ func TestProxyRequestID(t *testing.T) {
 		assert.Equal(t, "gen-1", r.Header.Get("X-Request-Id"), "the id to quote when asking why")
 	})
 
+	t.Run("a generator's bad id is not sent", func(t *testing.T) {
+		addr, got := backend(t, jsonHandler(200, ok, nil))
+		e := newEnv(t, Config{RequestID: func() string { return "x\r\nX-Injected: 1" }}, addr)
+		r := e.post(t, "/v1/chat/completions", chat, nil)
+		require.Equal(t, 200, r.StatusCode)
+		h := (<-got).header
+		assert.Empty(t, h.Values("X-Request-Id"))
+		assert.Empty(t, h.Values("X-Injected"), "no header smuggled into the upstream request")
+		assert.Empty(t, r.Header.Values("X-Request-Id"))
+	})
+
 	t.Run("off, none is made", func(t *testing.T) {
 		addr, got := backend(t, jsonHandler(200, ok, nil))
 		e := newEnv(t, Config{}, addr)
