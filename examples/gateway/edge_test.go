@@ -152,6 +152,11 @@ func TestHealthzNoEndpointReachable(t *testing.T) {
 			5*time.Second, 10*time.Millisecond)
 		_, body := healthz(t, url)
 		assert.Equal(t, "no healthy endpoint\n", body)
+		r, err := http.Get(url + "/readyz")
+		require.NoError(t, err)
+		_ = r.Body.Close()
+		assert.Equal(t, 503, r.StatusCode, "/readyz is /healthz")
+		assert.True(t, answersOK(url+"/livez"), "alive though not ready: no restart mends dead model servers")
 	})
 	t.Run("200 with one endpoint up", func(t *testing.T) {
 		a := newPod(t, nil)

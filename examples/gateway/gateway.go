@@ -206,8 +206,15 @@ func newGateway(cfg Config, log *slog.Logger, access io.Writer) (*Gateway, error
 	g.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			switch r.URL.Path {
-			case "/healthz":
+			case "/healthz", "/readyz":
 				g.healthz(w, r)
+				return
+			case "/livez":
+				// Alive while it serves, whatever its endpoints: a
+				// liveness probe on /healthz would restart the
+				// gateway each time its model servers are all down,
+				// which no restart mends.
+				_, _ = w.Write([]byte("ok\n"))
 				return
 			case "/metrics":
 				metrics.ServeHTTP(w, r)
