@@ -922,3 +922,35 @@ func TestREADMEPprof(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "Type: cpu")
 }
+
+// TestCheckConfig: -check says whether the file would start the gateway,
+// with a summary, or the reason it would not, without listening.
+func TestCheckConfig(t *testing.T) {
+	write := func(yaml string) string {
+		path := filepath.Join(t.TempDir(), "gateway.yaml")
+		require.NoError(t, os.WriteFile(path, []byte(yaml), 0o600))
+		return path
+	}
+	// The endpoint is never contacted: nothing listens there.
+	good := write(gatewayYAML(deadAddr(t)))
+	summary, err := checkConfig(good, "")
+	require.NoError(t, err)
+	assert.Equal(t, good+": configuration ok: 1 pools, 3 model names, 1 endpoints, listen 127.0.0.1:0", summary)
+	summary, err = checkConfig(good, "127.0.0.1:9999")
+	require.NoError(t, err)
+	assert.True(t, strings.HasSuffix(summary, "listen 127.0.0.1:9999"), summary)
+
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"an unknown scorer", strings.Replace(gatewayYAML(deadAddr(t)), "{name: queue, weight: 2}", "{name: qeueu, weight: 2}", 1), "qeueu"},
+		{"a TLS file that is not there", gatewayYAML(deadAddr(t)) + "tls: {certFile: /nonexistent/c.pem, keyFile: /nonexistent/k.pem}\n", "/nonexistent/c.pem"},
+		{"an unknown key", gatewayYAML(deadAddr(t)) + "listne: x\n", "listne"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := checkConfig(write(tc.yaml), "")
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	_, err = checkConfig(filepath.Join(t.TempDir(), "missing.yaml"), "")
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}

@@ -54,7 +54,16 @@ func mainErr() error {
 	pprofAddr := flag.String("pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060); off when empty")
 	gogc := flag.Int("gogc", 400, "garbage collection target percentage, unless GOGC is set in the environment")
 	watch := flag.Duration("watch", 0, "check the configuration file this often and apply it when it changed (0: only on SIGHUP)")
+	check := flag.Bool("check", false, "check the configuration (parse it, build every pool, picker and route, read the TLS files) and exit: 0 and a summary if it would start, 1 and the reason if not")
 	flag.Parse()
+	if *check {
+		summary, err := checkConfig(*path, *listen)
+		if err != nil {
+			return err
+		}
+		fmt.Println(summary)
+		return nil
+	}
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(*gogc)
 	}
@@ -98,6 +107,33 @@ func mainErr() error {
 		}
 	}, loads)
 	return run(ctx, cfg, ln, log, runOptions{level: level, reloads: loads})
+}
+
+// checkConfig builds the gateway the configuration file at path describes,
+// as a start would but without listening, scraping or serving, and
+// returns a summary of it, or the error that would stop the start (listen,
+// when not "", stands for the configuration's, as -listen does): the
+// -check flag, for a CI job or a deployment to run before a reload or a
+// rollout (as nginx -t does).
+func checkConfig(path, listen string) (string, error) {
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		return "", err
+	}
+	if listen != "" {
+		cfg.Listen = listen
+	}
+	g, err := NewGateway(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = g.Close(context.Background()) }()
+	models := 0
+	for _, p := range cfg.Pools {
+		models += len(p.Models) + len(p.Adapters) + len(p.Aliases)
+	}
+	return fmt.Sprintf("%s: configuration ok: %d pools, %d model names, %d endpoints, listen %s",
+		path, len(cfg.Pools), models, len(*g.eps.Load()), cfg.Listen), nil
 }
 
 // signalContext returns a context that the first SIGINT or SIGTERM
