@@ -33,6 +33,12 @@ type Config struct {
 	// DrainTimeout bounds the graceful shutdown: streams in flight get this
 	// long to finish; default 60s.
 	DrainTimeout picker.Duration `yaml:"drainTimeout"`
+	// ShutdownDelay is how long the gateway goes on serving after SIGTERM
+	// or SIGINT, with /healthz and /readyz answering 503 and keep-alive
+	// off, before it stops accepting connections and drains: the time a
+	// load balancer or Kubernetes takes to stop sending it new ones
+	// (a few seconds), which would otherwise be refused. Default 0.
+	ShutdownDelay picker.Duration `yaml:"shutdownDelay"`
 	// LogLevel is debug, info, warn or error; default info.
 	LogLevel string `yaml:"logLevel"`
 	// AccessLog writes one JSON line per request to standard output when
@@ -271,6 +277,7 @@ func (c *Config) checkLimits() error {
 		v    picker.Duration
 	}{
 		{"readHeaderTimeout", c.ReadHeaderTimeout}, {"idleTimeout", c.IdleTimeout}, {"drainTimeout", c.DrainTimeout},
+		{"shutdownDelay", c.ShutdownDelay},
 		{"router.upstreamTimeout", c.Router.UpstreamTimeout}, {"router.streamIdleTimeout", c.Router.StreamIdleTimeout},
 		{"scrape.interval", c.Scrape.Interval}, {"scrape.timeout", c.Scrape.Timeout},
 	} {

@@ -59,6 +59,9 @@ type Gateway struct {
 	// accessOn switches the access log (cfg.AccessLog), which a reload
 	// sets.
 	accessOn atomic.Bool
+	// stopping is set when shutdown begins: /healthz answers 503 from
+	// then on, while the gateway still serves (cfg.ShutdownDelay).
+	stopping atomic.Bool
 
 	// mu serialises Reload and Close, and guards what they change.
 	mu    sync.Mutex
@@ -401,6 +404,10 @@ func (g *Gateway) Handler() http.Handler { return g.handler }
 // from the requests it sends, and 200 means no endpoint has failed to
 // connect since it last answered.
 func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {
+	if g.stopping.Load() {
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
 	for _, ep := range *g.eps.Load() {
 		if ep.Healthy() && (g.scraper == nil || ep.Metrics() != nil) {
 			_, _ = w.Write([]byte("ok\n"))
@@ -447,7 +454,8 @@ type runOptions struct {
 }
 
 // run serves the gateway described by cfg on ln until ctx ends, then shuts
-// down gracefully: it stops accepting connections, lets requests and
+// down gracefully: it reports not ready and serves on for
+// cfg.ShutdownDelay, stops accepting connections, lets requests and
 // streams in flight finish for up to cfg.DrainTimeout, and stops the
 // scraper. Meanwhile it applies each configuration opts.reloads delivers.
 // It returns nil after a clean drain. A demo mode (or a test) can call it
@@ -499,6 +507,22 @@ serving:
 			_ = g.Reload(l.cfg) // logged and counted
 		case <-ctx.Done():
 			break serving
+		}
+	}
+	g.stopping.Store(true)
+	if d := time.Duration(cfg.ShutdownDelay); d > 0 {
+		// Not ready, still serving, each connection closed after its
+		// answer, until the load balancer has taken the gateway out of
+		// rotation; a second signal ends the process at once.
+		log.Info("shutting down: not ready, serving on", "for", d.String())
+		srv.SetKeepAlivesEnabled(false)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case err := <-errc:
+			t.Stop()
+			_ = g.Close(context.Background())
+			return err
 		}
 	}
 	log.Info("draining", "timeout", time.Duration(cfg.DrainTimeout).String())

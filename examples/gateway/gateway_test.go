@@ -464,3 +464,36 @@ func TestExampleConfigParses(t *testing.T) {
 	_, err = NewGateway(cfg, slog.New(slog.DiscardHandler))
 	require.NoError(t, err, "the README's configuration builds")
 }
+
+// TestShutdownDelay: after the signal, for shutdownDelay, the gateway says
+// it is not ready but still serves, closing each connection after its
+// answer, so that the load balancer that has not yet taken it out of
+// rotation gets answers, not refused connections; then it stops.
+func TestShutdownDelay(t *testing.T) {
+	a := newPod(t, nil)
+	url, stop := startGateway(t, gatewayYAML(a.addr())+"shutdownDelay: 3s\n")
+	require.Eventually(t, func() bool { return answersOK(url + "/readyz") }, 10*time.Second, 5*time.Millisecond)
+	stopped := make(chan error, 1)
+	begun := time.Now()
+	go func() { stopped <- stop() }()
+
+	require.Eventually(t, func() bool {
+		r, err := http.Get(url + "/readyz")
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(r.Body)
+		_ = r.Body.Close()
+		return r.StatusCode == 503 && string(b) == "shutting down\n"
+	}, 3*time.Second, time.Millisecond, "not ready once shutdown begins")
+	assert.True(t, answersOK(url+"/livez"), "alive")
+	r, err := http.Post(url+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"llama","messages":[{"role":"user","content":"hi"}]}`))
+	require.NoError(t, err, "a new connection is still served")
+	_, _ = io.Copy(io.Discard, r.Body)
+	_ = r.Body.Close()
+	assert.Equal(t, 200, r.StatusCode)
+	assert.True(t, r.Close, "with keep-alive off: the client reconnects, through the balancer")
+	require.NoError(t, <-stopped)
+	assert.GreaterOrEqual(t, time.Since(begun), 3*time.Second, "it served on for the delay")
+}

@@ -39,7 +39,7 @@ import (
 // of picks, completions and prefix-index gauges leave /metrics.
 //
 // The settings the server, proxy and scraper were built with (listen,
-// readHeaderTimeout, idleTimeout, drainTimeout, router, scrape, and
+// readHeaderTimeout, idleTimeout, drainTimeout, shutdownDelay, router, scrape, and
 // turning tls on or off) take effect at the next start: Reload applies
 // the rest, logs a warning naming each of them, and keeps their running
 // values as the configuration in force. Reloads are serialised; requests
@@ -197,6 +197,7 @@ var restartSettings = []struct {
 		func(n, r *Config) { n.ReadHeaderTimeout = r.ReadHeaderTimeout }},
 	{"idleTimeout", func(r, n *Config) bool { return r.IdleTimeout == n.IdleTimeout }, func(n, r *Config) { n.IdleTimeout = r.IdleTimeout }},
 	{"drainTimeout", func(r, n *Config) bool { return r.DrainTimeout == n.DrainTimeout }, func(n, r *Config) { n.DrainTimeout = r.DrainTimeout }},
+	{"shutdownDelay", func(r, n *Config) bool { return r.ShutdownDelay == n.ShutdownDelay }, func(n, r *Config) { n.ShutdownDelay = r.ShutdownDelay }},
 	{"router", func(r, n *Config) bool { return reflect.DeepEqual(r.Router, n.Router) }, func(n, r *Config) { n.Router = r.Router }},
 	{"scrape", func(r, n *Config) bool { return r.Scrape == n.Scrape }, func(n, r *Config) { n.Scrape = r.Scrape }},
 	// Turning TLS on or off; a certificate is renewed in place.
