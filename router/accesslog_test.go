@@ -150,6 +150,23 @@ func TestProxyAccessLog(t *testing.T) {
 		assert.Contains(t, l["error"], "connect", "why it failed")
 	})
 
+	t.Run("a stream with its usage", func(t *testing.T) {
+		var e *env
+		events := sseEvents(fixture(t, "openai-api/chat-completions-stream-include-usage.response.sse"))
+		addr, _ := backend(t, sseHandler(events, func() { e.clock.Advance(40 * time.Millisecond) }, nil))
+		var own lockedBuffer
+		e = newEnv(t, Config{AccessLog: slog.New(slog.NewJSONHandler(&own, nil))}, addr)
+		r := e.post(t, "/v1/chat/completions", `{"model":"`+baseModel+`","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`, nil)
+		require.Equal(t, 200, r.StatusCode)
+		_, _ = io.Copy(io.Discard, r.Body)
+		l := own.nextLine(t, 0)
+		assert.Equal(t, true, l["stream"])
+		assert.Equal(t, ns(40*time.Millisecond), l["ttft"], "the first event's byte")
+		assert.Equal(t, 12.0, l["prompt_tokens"], "the usage chunk at the stream's end")
+		assert.Equal(t, 100.0, l["completion_tokens"])
+		assert.Equal(t, 0.0, l["cached_tokens"])
+	})
+
 	t.Run("a logger off for Info writes nothing", func(t *testing.T) {
 		var quiet lockedBuffer
 		addr, _ := backend(t, jsonHandler(200, ok, nil))
