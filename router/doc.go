@@ -97,6 +97,16 @@
 // say what happened, never which address: a network error's addresses
 // are left out, and the gateway's log has them.
 //
+// # Observing requests
+//
+// Config.MeterProvider records the router's OpenTelemetry metrics
+// (requests by pool, model and status, their duration, TTFT, retries).
+// Config.AccessLog writes one log line per answered request (pool,
+// endpoint, attempts, TTFT, tokens, error). Config.RequestID gives a
+// request without an x-request-id one (NewRequestID), sent to the model
+// server and returned in the response, so that the access log, the
+// client and the model server's logs name the same request.
+//
 // # Middleware
 //
 // Middleware does the routing and picking for gateways that own their
