@@ -348,6 +348,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p.cfg.AccessLog != nil {
 			start = p.clock.Now()
 		}
+		if p.cfg.RequestID != nil && isModelsPath(r.URL.Path) {
+			// A listing answered from the table has its id too.
+			id := r.Header.Get(canonicalRequestID)
+			if id == "" || !validFieldValue(id) {
+				id = p.cfg.RequestID()
+			}
+			if id != "" && validFieldValue(id) {
+				w.Header()[canonicalRequestID] = []string{id}
+			}
+		}
 		if status := p.serveModels(w, r); status != 0 {
 			if p.cfg.AccessLog != nil {
 				p.logAccess(r, nil, status, p.clock.Now().Sub(start), 0, nil)
@@ -432,6 +442,13 @@ func (p *Proxy) logAccess(r *http.Request, c *call, status int, d, ttft time.Dur
 		attrs = append(attrs, slog.String("error", clip(err.Error())))
 	}
 	l.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+}
+
+// isModelsPath reports whether path is one serveModels answers:
+// /v1/models or /v1/models/{model}, with or without trailing slashes.
+func isModelsPath(path string) bool {
+	path = strings.TrimRight(path, "/")
+	return path == "/v1/models" || strings.HasPrefix(path, "/v1/models/")
 }
 
 // echoRequestID sets the response's X-Request-Id to the request's, in

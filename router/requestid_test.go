@@ -82,6 +82,27 @@ func TestProxyRequestID(t *testing.T) {
 		assert.Empty(t, r.Header.Values("X-Request-Id"))
 	})
 
+	t.Run("a listing has one", func(t *testing.T) {
+		gen, _ := counter()
+		addr, _ := backend(t, jsonHandler(200, ok, nil))
+		e := newEnv(t, Config{RequestID: gen}, addr)
+		for _, tc := range []struct{ path, sent, want string }{
+			{"/v1/models", "", "gen-1"},
+			{"/v1/models/llama", "client-3", "client-3"},
+			{"/v1/models/gpt-9", "", "gen-2"}, // a 404 too
+		} {
+			req, err := http.NewRequest(http.MethodGet, e.front.URL+tc.path, nil)
+			require.NoError(t, err)
+			if tc.sent != "" {
+				req.Header.Set("X-Request-Id", tc.sent)
+			}
+			r, err := e.front.Client().Do(req)
+			require.NoError(t, err)
+			_ = r.Body.Close()
+			assert.Equal(t, tc.want, r.Header.Get("X-Request-Id"), tc.path)
+		}
+	})
+
 	t.Run("off, none is made", func(t *testing.T) {
 		addr, got := backend(t, jsonHandler(200, ok, nil))
 		e := newEnv(t, Config{}, addr)
