@@ -83,8 +83,6 @@ type Picker struct {
 	seq   atomic.Uint64
 	rotor atomic.Uint64 // round-robin position for banded ties
 
-	closed sync.Once
-
 	records sync.Pool
 	// inputs holds the filters' and scorers' working memory (the memo of
 	// candidate loads), apart from the records: it is needed only while a
@@ -227,13 +225,8 @@ func (p *Picker) SetEndpoints(eps []*signals.Endpoint) {
 // synchronous instruments (pick duration, pick errors) stay, as the SDK
 // keeps every series recorded. The picker itself keeps working: picks,
 // and the Done of picks in flight, are served as before. Close is
-// idempotent and returns the meter provider's error, if any, from the
-// first call.
-func (p *Picker) Close() error {
-	var err error
-	p.closed.Do(func() { err = p.inst.close() })
-	return err
-}
+// idempotent, as metric.Registration.Unregister is bound to be.
+func (p *Picker) Close() error { return p.inst.close() }
 
 // Endpoints returns the current endpoint snapshot. The slice must not be
 // modified.

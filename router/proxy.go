@@ -348,16 +348,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p.cfg.AccessLog != nil {
 			start = p.clock.Now()
 		}
-		if p.cfg.RequestID != nil && isModelsPath(r.URL.Path) {
-			// A listing answered from the table has its id too.
-			id := r.Header.Get(canonicalRequestID)
-			if id == "" || !validFieldValue(id) {
-				id = p.cfg.RequestID()
-			}
-			if id != "" && validFieldValue(id) {
-				w.Header()[canonicalRequestID] = []string{id}
-			}
-		}
 		if status := p.serveModels(w, r); status != 0 {
 			if p.cfg.AccessLog != nil {
 				p.logAccess(r, nil, status, p.clock.Now().Sub(start), 0, nil)
@@ -444,13 +434,6 @@ func (p *Proxy) logAccess(r *http.Request, c *call, status int, d, ttft time.Dur
 	l.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
 }
 
-// isModelsPath reports whether path is one serveModels answers:
-// /v1/models or /v1/models/{model}, with or without trailing slashes.
-func isModelsPath(path string) bool {
-	path = strings.TrimRight(path, "/")
-	return path == "/v1/models" || strings.HasPrefix(path, "/v1/models/")
-}
-
 // echoRequestID sets the response's X-Request-Id to the request's, in
 // hdr, the upstream request's header, if it has one (Config.RequestID);
 // a model server's response that has its own replaces it.
@@ -458,6 +441,17 @@ func (p *Proxy) echoRequestID(w http.ResponseWriter, hdr http.Header) {
 	if id := hdr.Get(canonicalRequestID); id != "" {
 		w.Header()[canonicalRequestID] = []string{id}
 	}
+}
+
+// newRequestID is Config.RequestID's next id, or "" when that is empty or
+// not a valid header value: a generator's id is checked as a client's is,
+// since one with a control character would split the upstream request's
+// head.
+func (p *Proxy) newRequestID() string {
+	if id := p.cfg.RequestID(); id != "" && validFieldValue(id) {
+		return id
+	}
+	return ""
 }
 
 // NewRequestID returns a new request id for Config.RequestID: 32 hex
@@ -491,21 +485,31 @@ func clip(s string) string {
 // answered with, or 0 when the path was none of those.
 func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) int {
 	path := strings.TrimRight(r.URL.Path, "/")
+	model, one := strings.CutPrefix(path, "/v1/models/")
+	if !one && path != "/v1/models" {
+		return 0
+	}
+	if p.cfg.RequestID != nil {
+		// A listing answered from the table has its id too.
+		id := r.Header.Get(canonicalRequestID)
+		if id == "" {
+			id = p.newRequestID()
+		}
+		if id != "" {
+			w.Header()[canonicalRequestID] = []string{id}
+		}
+	}
 	t := p.table.Load()
 	var b []byte
-	switch {
-	case path == "/v1/models":
+	if !one {
 		b = t.ModelsJSON()
-	case strings.HasPrefix(path, "/v1/models/"):
-		model := path[len("/v1/models/"):]
+	} else {
 		var ok bool
 		if b, ok = t.ModelJSON(model); !ok {
 			ae := errorFor(fmt.Errorf("%w: %q", ErrModelNotFound, model), p.cfg.RetryAfter)
 			WriteError(w, ae)
 			return ae.Status
 		}
-	default:
-		return 0
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -526,9 +530,7 @@ func (p *Proxy) admit(r *http.Request, c *call) (picker.Result, error) {
 		return picker.Result{}, err
 	}
 	if p.cfg.RequestID != nil && c.hdr.Get(canonicalRequestID) == "" {
-		// A generator's id is checked as a client's is: one with a
-		// control character would split the upstream request's head.
-		if id := p.cfg.RequestID(); id != "" && validFieldValue(id) {
+		if id := p.newRequestID(); id != "" {
 			c.hdr[canonicalRequestID] = []string{id}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -219,6 +220,14 @@ func ParseConfig(data []byte) (Config, error) {
 	}
 	if err := c.checkLimits(); err != nil {
 		return Config{}, fmt.Errorf("gateway config: %w", err)
+	}
+	if c.LogLevel != "" {
+		// Here, not only where the logger is made, so that -check and a
+		// reload refuse it as a start does.
+		var l slog.Level
+		if err := l.UnmarshalText([]byte(c.LogLevel)); err != nil {
+			return Config{}, fmt.Errorf("gateway config: logLevel: %w", err)
+		}
 	}
 	c.defaults()
 	if len(c.Pools) == 0 {

@@ -352,7 +352,7 @@ func (g *Gateway) table(cfg Config, pools map[string]*pool) (*router.Table, erro
 	return router.NewTable(tc)
 }
 
-// closePools closes the pools' indexes (their gauges' callbacks).
+// closePools closes every pool (pool.close), after a failed build.
 func (g *Gateway) closePools() {
 	for _, p := range g.pools {
 		p.close()

@@ -358,16 +358,7 @@ func TestAccessLog(t *testing.T) {
 		_ = g.Close(context.Background())
 	})
 	// ServeHTTP returns after the line is written.
-	chat := func() string {
-		t.Helper()
-		w := httptest.NewRecorder()
-		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
-			strings.NewReader(`{"model":"llama","messages":[{"role":"user","content":"hi"}]}`))
-		r.Header.Set("Content-Type", "application/json")
-		g.Handler().ServeHTTP(w, r)
-		require.Equal(t, 200, w.Code, w.Body.String())
-		return w.Header().Get("X-Request-Id")
-	}
+	chat := func() string { return serveChat(t, g, "llama").Get("X-Request-Id") }
 	lines := func() []map[string]any {
 		var out []map[string]any
 		for _, l := range strings.Split(strings.TrimSpace(access.String()), "\n") {
@@ -434,22 +425,14 @@ func TestReloadReleasesRemovedPools(t *testing.T) {
 	g, err := NewGateway(cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = g.Close(context.Background()) })
-	chat := func(model string) {
-		t.Helper()
-		w := httptest.NewRecorder()
-		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
-			strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
-		g.Handler().ServeHTTP(w, r)
-		require.Equal(t, 200, w.Code, w.Body.String())
-	}
 	metrics := func() string {
 		t.Helper()
 		w := httptest.NewRecorder()
 		g.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 		return w.Body.String()
 	}
-	chat("llama")
-	chat(qwen)
+	serveChat(t, g, "llama")
+	serveChat(t, g, qwen)
 	before := metrics()
 	require.Regexp(t, `inferroute_picks_total\{endpoint="pod-q",.*pool="qwen"\} 1`, before)
 	require.Contains(t, before, `inferroute_prefix_index_entries{otel_scope_name="github.com/inferroute/inferroute/examples/gateway",otel_scope_schema_url="",otel_scope_version="",pool="qwen"}`)
@@ -462,4 +445,18 @@ func TestReloadReleasesRemovedPools(t *testing.T) {
 	assert.NotRegexp(t, `inferroute_requests_completed_total\{[^}]*pool="qwen"`, after)
 	assert.NotRegexp(t, `inferroute_prefix_index_[a-z_]+\{[^}]*pool="qwen"`, after)
 	assert.Regexp(t, `inferroute_picks_total\{endpoint="pod-a",.*pool="llama"\} 1`, after, "the pool that stays keeps its counts")
+}
+
+// serveChat serves a one-message chat for model through g's handler, in
+// the test's goroutine (whatever the handler logs is written when it
+// returns), requires a 200, and returns the response's header.
+func serveChat(t *testing.T, g *Gateway, model string) http.Header {
+	t.Helper()
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
+		strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
+	r.Header.Set("Content-Type", "application/json")
+	g.Handler().ServeHTTP(w, r)
+	require.Equal(t, 200, w.Code, w.Body.String())
+	return w.Header()
 }
