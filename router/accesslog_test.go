@@ -2,10 +2,13 @@ package router
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +16,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inferroute/inferroute/picker"
+	"github.com/inferroute/inferroute/signals"
 )
 
 // lockedBuffer is a bytes.Buffer that a handler writes while a test reads.
@@ -176,5 +182,162 @@ func TestProxyAccessLog(t *testing.T) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		e.front.Close() // waits for the handler to return
 		assert.Empty(t, quiet.lines(t))
+	})
+}
+
+// TestMiddlewareAccessLog: the Middleware writes the Proxy's line once its
+// next handler has returned, naming the last attempt (Decision.Retry's
+// included) with the usage the handler reported for it.
+func TestMiddlewareAccessLog(t *testing.T) {
+	ns := func(d time.Duration) float64 { return float64(d) }
+	// serve wraps next in a Middleware logging to its own buffer and
+	// sends it one request.
+	serve := func(t *testing.T, method, path, body string, next func(*env) http.HandlerFunc) (*http.Response, *lockedBuffer) {
+		t.Helper()
+		var buf lockedBuffer
+		e := newEnv(t, Config{}, "10.0.0.1:8000", "10.0.0.2:8000")
+		mw, err := NewMiddleware(e.proxy.Table(), Config{Clock: e.clock, RequestID: NewRequestID,
+			AccessLog: slog.New(slog.NewJSONHandler(&buf, nil))})
+		require.NoError(t, err)
+		srv := httptest.NewServer(mw.Wrap(next(e)))
+		req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		r, err := srv.Client().Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, r.Body)
+			_ = r.Body.Close()
+		}
+		srv.Close() // waits for the handler, and so for its line
+		return r, &buf
+	}
+	chat := `{"model":"llama","messages":[{"role":"user","content":"hi"}]}`
+
+	t.Run("answered, with the usage the handler reported", func(t *testing.T) {
+		r, buf := serve(t, http.MethodPost, "/v1/chat/completions", chat, func(e *env) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				d, _ := FromContext(r.Context())
+				e.clock.Advance(30 * time.Millisecond)
+				_, _ = io.WriteString(w, `{"object":"chat.completion"}`)
+				d.Done(signals.Outcome{TTFT: 30 * time.Millisecond, PromptTokens: 11, CompletionTokens: 3})
+			}
+		})
+		require.Equal(t, 200, r.StatusCode)
+		l := buf.nextLine(t, 0)
+		assert.Equal(t, "request", l["msg"])
+		assert.Equal(t, "POST", l["method"])
+		assert.Equal(t, 200.0, l["status"])
+		assert.Equal(t, "llama", l["model"])
+		assert.Equal(t, "llama", l["pool"])
+		assert.Equal(t, "ep0", l["endpoint"])
+		assert.Equal(t, 1.0, l["attempts"])
+		assert.Equal(t, ns(30*time.Millisecond), l["ttft"], "the first body byte the Middleware saw")
+		assert.Equal(t, ns(30*time.Millisecond), l["duration"])
+		assert.Equal(t, 11.0, l["prompt_tokens"])
+		assert.Equal(t, 3.0, l["completion_tokens"])
+		assert.Equal(t, r.Header.Get("X-Request-Id"), l["request_id"])
+		assert.Len(t, l["request_id"], 32)
+		assert.NotContains(t, l, "error")
+	})
+
+	t.Run("retried on a fallback by the handler", func(t *testing.T) {
+		r, buf := serve(t, http.MethodPost, "/v1/chat/completions", chat, func(e *env) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				d, _ := FromContext(r.Context())
+				d.Done(signals.Outcome{Err: errors.New("ep0 refused the connection"), ConnectError: true})
+				retry := d.Retry(r.Context(), d.Fallbacks[0])
+				retry.Done(signals.Outcome{PromptTokens: 5})
+				w.WriteHeader(200)
+			}
+		})
+		require.Equal(t, 200, r.StatusCode)
+		l := buf.nextLine(t, 0)
+		assert.Equal(t, "ep1", l["endpoint"], "the endpoint that answered")
+		assert.Equal(t, 2.0, l["attempts"])
+		assert.Equal(t, 5.0, l["prompt_tokens"], "the answering attempt's usage")
+		assert.NotContains(t, l, "error", "the first attempt's failure was not the answer")
+	})
+
+	t.Run("an earlier attempt reported last", func(t *testing.T) {
+		_, buf := serve(t, http.MethodPost, "/v1/chat/completions", chat, func(e *env) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				d, _ := FromContext(r.Context())
+				d.Done(signals.Outcome{Err: errors.New("ep0: 503")})
+				slow := d.Retry(r.Context(), d.Fallbacks[0])
+				hedge := d.Retry(r.Context(), d.Endpoint)
+				hedge.Done(signals.Outcome{PromptTokens: 4})
+				slow.Done(signals.Outcome{Err: context.Canceled}) // the hedge won
+				w.WriteHeader(200)
+			}
+		})
+		l := buf.nextLine(t, 0)
+		assert.Equal(t, "ep0", l["endpoint"], "the attempt started last")
+		assert.Equal(t, 3.0, l["attempts"])
+		assert.Equal(t, 4.0, l["prompt_tokens"])
+		assert.NotContains(t, l, "error", "the cancelled attempt was not the answer")
+	})
+
+	t.Run("a retry not yet reported", func(t *testing.T) {
+		var pending picker.Result
+		_, buf := serve(t, http.MethodPost, "/v1/chat/completions", chat, func(e *env) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				d, _ := FromContext(r.Context())
+				d.Done(signals.Outcome{PromptTokens: 9})
+				pending = d.Retry(r.Context(), d.Fallbacks[0])
+				w.WriteHeader(200)
+			}
+		})
+		pending.Done(signals.Outcome{}) // after the line was written
+		l := buf.nextLine(t, 0)
+		assert.Equal(t, "ep1", l["endpoint"])
+		assert.NotContains(t, l, "prompt_tokens", "not the first attempt's usage")
+	})
+
+	t.Run("an error status", func(t *testing.T) {
+		r, buf := serve(t, http.MethodPost, "/v1/chat/completions", chat, func(e *env) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(502)
+				_, _ = io.WriteString(w, "bad gateway")
+			}
+		})
+		require.Equal(t, 502, r.StatusCode)
+		l := buf.nextLine(t, 0)
+		assert.Equal(t, 502.0, l["status"])
+		assert.Equal(t, "ep0", l["endpoint"])
+		assert.Contains(t, l["error"], "502")
+		assert.NotContains(t, l, "ttft", "an error body's first byte is no token's")
+	})
+
+	t.Run("a handler that aborts", func(t *testing.T) {
+		_, buf := serve(t, http.MethodPost, "/v1/chat/completions", chat, func(e *env) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.WriteString(w, "data: {}\n\n")
+				panic(http.ErrAbortHandler)
+			}
+		})
+		l := buf.nextLine(t, 0)
+		assert.Equal(t, errHandlerAborted.Error(), l["error"])
+	})
+
+	t.Run("refused before the handler", func(t *testing.T) {
+		r, buf := serve(t, http.MethodPost, "/v1/chat/completions", `{"model":"gpt-9"}`, func(e *env) http.HandlerFunc {
+			return func(http.ResponseWriter, *http.Request) { t.Error("handler called") }
+		})
+		require.Equal(t, 404, r.StatusCode)
+		l := buf.nextLine(t, 0)
+		assert.Equal(t, 404.0, l["status"])
+		assert.Equal(t, "gpt-9", l["model"])
+		assert.Contains(t, l["error"], "model not found")
+		assert.NotContains(t, l, "endpoint")
+	})
+
+	t.Run("a listing", func(t *testing.T) {
+		r, buf := serve(t, http.MethodGet, "/v1/models/gpt-9", "", func(e *env) http.HandlerFunc {
+			return func(http.ResponseWriter, *http.Request) { t.Error("handler called") }
+		})
+		require.Equal(t, 404, r.StatusCode)
+		l := buf.nextLine(t, 0)
+		assert.Equal(t, "GET", l["method"])
+		assert.Equal(t, "/v1/models/gpt-9", l["path"])
+		assert.Equal(t, 404.0, l["status"])
 	})
 }

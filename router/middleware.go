@@ -8,7 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/inferroute/inferroute/picker"
@@ -35,8 +35,17 @@ type Decision struct {
 	start time.Time
 	clock signals.Clock
 	done  func(signals.Outcome)
-	once  atomic.Bool
 	res   picker.Result
+
+	// mu guards what the access log reads of the attempts: whether the
+	// Decision's own outcome is in, the attempts made (1 + Retry calls),
+	// the endpoint of the last one and, once reported, its outcome.
+	mu        sync.Mutex
+	reported  bool
+	attempts  int
+	last      *signals.Endpoint
+	lastOut   signals.Outcome
+	lastKnown bool
 }
 
 // FirstToken reports that the endpoint's first response byte arrived
@@ -54,7 +63,36 @@ func (d *Decision) FirstToken() { d.res.FirstToken() }
 // returned Result's Done, exactly once, and its first byte through
 // FirstToken; the Decision's own Done stays the first attempt's.
 func (d *Decision) Retry(ctx context.Context, ep *signals.Endpoint) picker.Result {
-	return d.Route.Pool.Picker.Assign(ctx, d.Request, ep)
+	res := d.Route.Pool.Picker.Assign(ctx, d.Request, ep)
+	d.mu.Lock()
+	d.attempts++
+	n := d.attempts
+	d.last, d.lastKnown = ep, false
+	d.mu.Unlock()
+	done := res.Done
+	res.Done = func(o signals.Outcome) {
+		d.record(n, o)
+		done(o)
+	}
+	return res
+}
+
+// record keeps o, the outcome of attempt n (1-based), for the access log
+// when it is the last attempt made.
+func (d *Decision) record(n int, o signals.Outcome) {
+	d.mu.Lock()
+	if n == d.attempts {
+		d.lastOut, d.lastKnown = o, true
+	}
+	d.mu.Unlock()
+}
+
+// lastAttempt returns the attempts made, the endpoint of the last one and
+// its outcome, when reported.
+func (d *Decision) lastAttempt() (attempts int, ep *signals.Endpoint, o signals.Outcome, known bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.attempts, d.last, d.lastOut, d.lastKnown
 }
 
 // Done reports the outcome to the picker. Only the first call counts, so
@@ -64,7 +102,14 @@ func (d *Decision) Retry(ctx context.Context, ep *signals.Endpoint) picker.Resul
 // before the handler returned, or a handler that panicked) if the handler
 // did not. Safe for concurrent use.
 func (d *Decision) Done(o signals.Outcome) {
-	if d.once.CompareAndSwap(false, true) {
+	d.mu.Lock()
+	first := !d.reported
+	d.reported = true
+	if first && d.attempts == 1 {
+		d.lastOut, d.lastKnown = o, true
+	}
+	d.mu.Unlock()
+	if first {
 		d.done(o)
 	}
 }
@@ -123,8 +168,14 @@ func (m *Middleware) SetTable(t *Table) { m.p.SetTable(t) }
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := m.p
-		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && p.serveModels(w, r) != 0 {
-			return
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			start := p.clock.Now()
+			if status := p.serveModels(w, r); status != 0 {
+				if p.cfg.AccessLog != nil {
+					p.logAccess(r, nil, status, p.clock.Now().Sub(start), 0, nil)
+				}
+				return
+			}
 		}
 		c := new(call)
 		c.start = p.clock.Now()
@@ -135,13 +186,18 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		if err != nil {
 			ae := errorFor(err, p.cfg.RetryAfter)
 			WriteError(w, ae)
-			p.inst.request(r.Context(), c, ae.Status, p.clock.Now().Sub(c.start), 0)
+			d := p.clock.Now().Sub(c.start)
+			p.inst.request(r.Context(), c, ae.Status, d, 0)
+			if p.cfg.AccessLog != nil {
+				p.logAccess(r, c, ae.Status, d, 0, err)
+			}
 			return
 		}
 		d := &Decision{
 			Route: c.route, Parsed: c.parsed, Request: &c.req, Endpoint: res.Endpoint,
 			Fallbacks: append([]*signals.Endpoint(nil), res.Fallbacks...),
 			start:     c.start, clock: p.clock, done: res.Done, res: res,
+			attempts: 1, last: res.Endpoint,
 		}
 		r2 := r.WithContext(NewContext(r.Context(), d))
 		r2.Header = r.Header.Clone()
@@ -193,6 +249,17 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			}
 			d.Done(o)
 			p.inst.request(r.Context(), c, status, end.Sub(c.start), o.TTFT)
+			if p.cfg.AccessLog != nil {
+				// The line names the last attempt, with the usage the next
+				// handler reported for it; the status, ttft and error are
+				// what the Middleware saw of the response.
+				var known bool
+				c.attempts, c.ep, c.outcome, known = d.lastAttempt()
+				if !known {
+					c.outcome = signals.Outcome{}
+				}
+				p.logAccess(r, c, status, end.Sub(c.start), o.TTFT, o.Err)
+			}
 		}()
 		next.ServeHTTP(rw, r2)
 		returned = true
