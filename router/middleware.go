@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -207,6 +208,18 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		for k := range r2.Header {
 			if p.stripped(http.CanonicalHeaderKey(k)) {
 				delete(r2.Header, k)
+			}
+		}
+		if h := c.route.Pool.header; len(h) > 0 {
+			for k := range r2.Header {
+				if _, set := h[http.CanonicalHeaderKey(k)]; set {
+					delete(r2.Header, k)
+				}
+			}
+			for k, v := range h {
+				if len(v) > 0 {
+					r2.Header[k] = slices.Clone(v) // r2.Header is the next handler's to change
+				}
 			}
 		}
 		if p.cfg.EndpointHeader != "" {

@@ -301,3 +301,46 @@ func TestMiddlewareGzipBody(t *testing.T) {
 	assert.Empty(t, seenCoding)
 	e.rec.next(t)
 }
+
+// TestMiddlewarePoolHeader: the next handler gets the request with its
+// pool's PoolConfig.Header applied, whatever the case of the client's
+// field, in a header it may change without touching the pool's.
+func TestMiddlewarePoolHeader(t *testing.T) {
+	e := newEnv(t, Config{}, "10.0.0.1:8000")
+	tab, err := NewTable(TableConfig{Pools: []PoolConfig{{
+		Name: "llama", Picker: e.pk, Models: []string{baseModel},
+		Header: http.Header{"Authorization": {"Bearer pool-key"}, "X-Api-Version": {}},
+	}}})
+	require.NoError(t, err)
+	mw, err := NewMiddleware(tab, Config{Clock: e.clock})
+	require.NoError(t, err)
+	var seen []http.Header
+	next := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen = append(seen, r.Header.Clone())
+		r.Header["Authorization"][0] = "changed by the handler"
+		w.WriteHeader(204)
+	}))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A handler in front that set the field under another case.
+		r.Header["authorization"] = r.Header["Authorization"]
+		delete(r.Header, "Authorization")
+		next.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	for range 2 {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"`+baseModel+`"}`))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer client-key")
+		req.Header.Set("X-Api-Version", "2")
+		r, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		_ = r.Body.Close()
+		require.Equal(t, 204, r.StatusCode)
+		e.rec.next(t)
+	}
+	require.Len(t, seen, 2)
+	for _, h := range seen {
+		assert.Equal(t, []string{"Bearer pool-key"}, h.Values("Authorization"), "the pool's value, the client's gone")
+		assert.Empty(t, h.Values("X-Api-Version"))
+	}
+}

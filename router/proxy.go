@@ -571,6 +571,7 @@ func (p *Proxy) admit(r *http.Request, c *call) (picker.Result, error) {
 	if err := Prepare(&c.req, &c.parsed, c.route, c.body, c.hdr, p.hasher, c.req.PromptBlocks); err != nil {
 		return picker.Result{}, err
 	}
+	setPoolHeader(c.hdr, c.route.Pool.header)
 	return c.route.Pool.Picker.Pick(r.Context(), &c.req)
 }
 
@@ -723,6 +724,19 @@ func (p *Proxy) cleanHeader(r *http.Request, reuse http.Header) (http.Header, er
 	}
 	out["Accept-Encoding"] = identityEncoding
 	return out, nil
+}
+
+// setPoolHeader applies a pool's PoolConfig.Header to hdr, the headers to
+// forward: its fields replace hdr's, and one with no values removes it.
+// hdr shares the pool's value slices, which no one modifies.
+func setPoolHeader(hdr, pool http.Header) {
+	for k, v := range pool {
+		if len(v) == 0 {
+			delete(hdr, k)
+		} else {
+			hdr[k] = v
+		}
+	}
 }
 
 // stripped reports whether the canonical header key k is a routing header

@@ -974,3 +974,37 @@ func TestProxySetTable(t *testing.T) {
 	require.Len(t, models.Data, 1)
 	assert.Equal(t, "qwen", models.Data[0].ID, "/v1/models lists the new table")
 }
+
+// TestProxyPoolHeader: a pool's PoolConfig.Header replaces the client's
+// fields on the requests sent to it, and removes those it gives no value;
+// the next request, routed by a table without it, sends the client's
+// again.
+func TestProxyPoolHeader(t *testing.T) {
+	addr, got := backend(t, jsonHandler(200, []byte(`{}`), nil))
+	e := newEnv(t, Config{}, addr)
+	plain := e.proxy.Table()
+	withHeader, err := NewTable(TableConfig{Pools: []PoolConfig{{
+		Name: "llama", Picker: e.pk, Models: []string{baseModel},
+		Header: http.Header{"authorization": {"Bearer pool-key"}, "X-Api-Version": nil, "X-Tenant": {"gateway"}},
+	}}})
+	require.NoError(t, err)
+	client := http.Header{"Authorization": {"Bearer client-key"}, "X-Api-Version": {"2"}, "X-Tenant": {"evil"}}
+
+	e.proxy.SetTable(withHeader)
+	for range 2 { // the second on a reused call and connection
+		require.Equal(t, 200, e.post(t, "/v1/chat/completions", `{"model":"`+baseModel+`"}`, client).StatusCode)
+		s := <-got
+		assert.Equal(t, []string{"Bearer pool-key"}, s.header.Values("Authorization"), "the pool's credential, not the client's")
+		assert.Empty(t, s.header.Values("X-Api-Version"), "a field with no value is removed")
+		assert.Equal(t, []string{"gateway"}, s.header.Values("X-Tenant"))
+		e.rec.next(t)
+	}
+
+	e.proxy.SetTable(plain)
+	require.Equal(t, 200, e.post(t, "/v1/chat/completions", `{"model":"`+baseModel+`"}`, client).StatusCode)
+	s := <-got
+	assert.Equal(t, "Bearer client-key", s.header.Get("Authorization"), "the pool's header stays with its pool")
+	assert.Equal(t, "2", s.header.Get("X-Api-Version"))
+	e.rec.next(t)
+	e.requireIdle(t)
+}

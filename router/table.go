@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"sort"
 	"time"
@@ -22,6 +23,8 @@ type Pool struct {
 	// Picker chooses among the pool's endpoints; the owner keeps its
 	// endpoints current with Picker.SetEndpoints.
 	Picker *picker.Picker
+
+	header http.Header // PoolConfig.Header, canonical keys
 }
 
 // Route is where a request goes: the pool, and what the picker and the
@@ -68,6 +71,15 @@ type PoolConfig struct {
 	// Aliases maps client-facing names to a model or adapter of this pool;
 	// the request body is rewritten to the target and responses back.
 	Aliases map[string]string
+	// Header sets fields on every request sent to the pool's endpoints,
+	// replacing the client's field of the same name; a field with no
+	// values removes the client's. It is for what the gateway holds and
+	// the client must not choose, such as the credential of model servers
+	// started with vLLM's --api-key (Authorization: Bearer <key>). Names
+	// must be tokens and values free of control characters; hop-by-hop
+	// fields and the body's framing (Host, Content-Length,
+	// Content-Encoding, Transfer-Encoding) cannot be set.
+	Header http.Header
 }
 
 // TableConfig declares a routing table.
@@ -100,7 +112,8 @@ type Table struct {
 }
 
 // NewTable builds a table. It fails when no pool is given, a pool has no
-// name or picker, a name is declared twice (also across pools), an adapter
+// name or picker or a Header field it may not set, a name is declared
+// twice (also across pools), an adapter
 // has no base model or one outside its pool's Models (when it lists any),
 // an alias points outside its pool, or Default/Fallback name an unknown
 // pool.
@@ -142,6 +155,12 @@ func NewTable(cfg TableConfig) (*Table, error) {
 			return nil, fmt.Errorf("router: pool %q is declared twice", pc.Name)
 		}
 		pool := &Pool{Name: pc.Name, Picker: pc.Picker}
+		if len(pc.Header) > 0 {
+			var err error
+			if pool.header, err = poolHeader(pc.Header); err != nil {
+				return nil, fmt.Errorf("router: pool %q: %w", pc.Name, err)
+			}
+		}
 		t.pools = append(t.pools, pool)
 		t.byName[pc.Name] = pool
 		for _, m := range pc.Models {
@@ -273,4 +292,30 @@ func (t *Table) ModelsJSON() []byte { return t.models }
 func (t *Table) ModelJSON(model string) ([]byte, bool) {
 	b, ok := t.entries[model]
 	return b, ok
+}
+
+// poolHeader checks PoolConfig.Header and returns its copy with canonical
+// keys, which the requests sent to the pool share and never modify.
+func poolHeader(h http.Header) (http.Header, error) {
+	out := make(http.Header, len(h))
+	for k, v := range h {
+		ck := http.CanonicalHeaderKey(k)
+		if !validFieldName(k) {
+			return nil, fmt.Errorf("header %q is not a valid header field name", k)
+		}
+		switch {
+		case isHopHeader(ck), ck == "Host", ck == "Content-Length", ck == "Content-Encoding":
+			return nil, fmt.Errorf("header %q cannot be set on the requests sent to a pool", k)
+		}
+		if _, dup := out[ck]; dup {
+			return nil, fmt.Errorf("header %q is given twice", k)
+		}
+		for _, s := range v {
+			if !validFieldValue(s) {
+				return nil, fmt.Errorf("header %q has a control character in its value", k)
+			}
+		}
+		out[ck] = slices.Clip(slices.Clone(v))
+	}
+	return out, nil
 }

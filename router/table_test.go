@@ -2,6 +2,7 @@ package router
 
 import (
 	"encoding/json"
+	"net/http"
 	"strconv"
 	"testing"
 	"time"
@@ -147,5 +148,35 @@ func TestNewTableErrors(t *testing.T) {
 			_, err := NewTable(tc.cfg)
 			assert.Error(t, err)
 		})
+	}
+}
+
+// TestNewTablePoolHeader: a pool's Header may set end-to-end fields, and
+// NewTable refuses, naming the field, those that would split or misframe
+// the upstream request or that a proxy must not forward.
+func TestNewTablePoolHeader(t *testing.T) {
+	pk := newTestPicker(t)
+	table := func(h http.Header) error {
+		_, err := NewTable(TableConfig{Pools: []PoolConfig{{Name: "a", Picker: pk, Header: h}}})
+		return err
+	}
+	require.NoError(t, table(http.Header{"Authorization": {"Bearer k"}, "x-removed": nil, "X-Two": {"1", "2"}}))
+	for _, tc := range []struct {
+		h    http.Header
+		want string
+	}{
+		{http.Header{"Bad Name": {"v"}}, `header "Bad Name" is not a valid header field name`},
+		{http.Header{"X-Split": {"v\r\nHost: evil"}}, `header "X-Split" has a control character in its value`},
+		{http.Header{"Host": {"evil"}}, `header "Host" cannot be set`},
+		{http.Header{"content-length": {"1"}}, `header "content-length" cannot be set`},
+		{http.Header{"Content-Encoding": {"gzip"}}, `header "Content-Encoding" cannot be set`},
+		{http.Header{"Transfer-Encoding": {"chunked"}}, `header "Transfer-Encoding" cannot be set`},
+		{http.Header{"Connection": {"close"}}, `header "Connection" cannot be set`},
+		{http.Header{"X-Key": {"a"}, "x-key": {"b"}}, `is given twice`},
+	} {
+		err := table(tc.h)
+		require.Error(t, err, tc.want)
+		assert.Contains(t, err.Error(), `router: pool "a": `)
+		assert.Contains(t, err.Error(), tc.want)
 	}
 }

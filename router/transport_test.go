@@ -38,6 +38,7 @@ func TestProxyOverNetHTTPTransport(t *testing.T) {
 		{"ClientDisconnect", TestProxyClientDisconnect},
 		{"Errors", TestProxyErrors},
 		{"HeaderSpoofing", TestProxyHeaderSpoofing},
+		{"PoolHeader", TestProxyPoolHeader},
 		{"FallbackRoute", TestProxyFallbackRoute},
 		{"ConcurrentStreams", TestProxyConcurrentStreams},
 	} {
