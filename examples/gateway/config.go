@@ -50,6 +50,11 @@ type Config struct {
 	// TLS, when set, serves the gateway over HTTPS (HTTP/2 and HTTP/1.1)
 	// instead of plain HTTP.
 	TLS *TLSConfig `yaml:"tls"`
+	// Auth, when set, requires an API key of every request the proxy
+	// serves (AuthConfig). Default off: anyone who reaches the gateway
+	// may use it, and the client's Authorization goes to the model
+	// servers unless a pool has an upstreamKeyFile.
+	Auth *AuthConfig `yaml:"auth"`
 
 	// Router tunes the proxy.
 	Router RouterConfig `yaml:"router"`
@@ -143,6 +148,12 @@ type PoolConfig struct {
 	Admission *AdmissionConfig `yaml:"admission"`
 	// Endpoints are the pool's static endpoints.
 	Endpoints []EndpointConfig `yaml:"endpoints"`
+	// UpstreamKeyFile is a file holding the key of the pool's model
+	// servers (vLLM's --api-key, SGLang's --api-key), sent to them as
+	// "Authorization: Bearer <key>" in place of the client's; a reload
+	// reads it again. "" forwards the client's Authorization, or none
+	// with auth on.
+	UpstreamKeyFile string `yaml:"upstreamKeyFile"`
 }
 
 // AdmissionConfig configures a pool's scorer.SLOAdmitter: a sheddable
@@ -244,6 +255,9 @@ func ParseConfig(data []byte) (Config, error) {
 	}
 	if c.TLS != nil && (c.TLS.CertFile == "" || c.TLS.KeyFile == "") {
 		return Config{}, errors.New("gateway config: tls: certFile and keyFile are both required")
+	}
+	if c.Auth != nil && c.Auth.KeysFile == "" {
+		return Config{}, errors.New("gateway config: auth: keysFile is required")
 	}
 	if err := checkHostPort(c.Listen); err != nil {
 		return Config{}, fmt.Errorf("gateway config: listen: %w", err)

@@ -57,8 +57,14 @@ type Gateway struct {
 	// cert is the certificate served with cfg.TLS, which a reload renews.
 	cert atomic.Pointer[tls.Certificate]
 	// accessOn switches the access log (cfg.AccessLog), which a reload
-	// sets.
+	// sets; access writes its lines.
 	accessOn atomic.Bool
+	access   *slog.Logger
+	// keys are the API keys in force (cfg.Auth), nil when off; a reload
+	// sets them. refused counts the requests refused for theirs.
+	keys      atomic.Pointer[keySet]
+	refused   metric.Int64Counter
+	refusedBy map[string]metric.AddOption
 	// stopping is set when shutdown begins: /healthz answers 503 from
 	// then on, while the gateway still serves (cfg.ShutdownDelay).
 	stopping atomic.Bool
@@ -137,6 +143,14 @@ func newGateway(cfg Config, log *slog.Logger, access io.Writer) (*Gateway, error
 	if err := g.initReloadMetrics(); err != nil {
 		return nil, err
 	}
+	if err := g.initAuthMetrics(); err != nil {
+		return nil, err
+	}
+	keys, err := loadKeys(cfg.Auth)
+	if err != nil {
+		return nil, err
+	}
+	g.keys.Store(keys)
 
 	if cfg.TLS != nil {
 		cert, err := loadCert(cfg.TLS)
@@ -162,6 +176,7 @@ func newGateway(cfg Config, log *slog.Logger, access io.Writer) (*Gateway, error
 	}
 	g.eps.Store(&all)
 	g.accessOn.Store(cfg.AccessLog)
+	g.access = slog.New(switched{on: &g.accessOn, h: slog.NewJSONHandler(access, nil)})
 	table, err := g.table(cfg, g.pools)
 	if err != nil {
 		g.closePools()
@@ -179,7 +194,7 @@ func newGateway(cfg Config, log *slog.Logger, access io.Writer) (*Gateway, error
 		EndpointHeader:    cfg.Router.EndpointHeader,
 		Logger:            log,
 		MeterProvider:     g.mp,
-		AccessLog:         slog.New(switched{on: &g.accessOn, h: slog.NewJSONHandler(access, nil)}),
+		AccessLog:         g.access,
 		RequestID:         requestIDs(cfg.Router.RequestIDs),
 	})
 	if err != nil {
@@ -223,6 +238,10 @@ func newGateway(cfg Config, log *slog.Logger, access io.Writer) (*Gateway, error
 				metrics.ServeHTTP(w, r)
 				return
 			}
+		}
+		r, ok := g.authorize(w, r)
+		if !ok {
+			return
 		}
 		g.proxy.ServeHTTP(w, r)
 	})
@@ -345,8 +364,13 @@ func sameSpec(a, b signals.EndpointSpec) bool {
 func (g *Gateway) table(cfg Config, pools map[string]*pool) (*router.Table, error) {
 	tc := router.TableConfig{Default: cfg.DefaultPool, Fallback: cfg.FallbackPool, Created: g.created}
 	for _, pc := range cfg.Pools {
+		h, err := upstreamHeader(pc, cfg.Auth)
+		if err != nil {
+			return nil, fmt.Errorf("pool %q: %w", pc.Name, err)
+		}
 		tc.Pools = append(tc.Pools, router.PoolConfig{
 			Name: pc.Name, Picker: pools[pc.Name].pk, Models: pc.Models, Adapters: pc.Adapters, Aliases: pc.Aliases,
+			Header: h,
 		})
 	}
 	return router.NewTable(tc)
@@ -492,7 +516,7 @@ func run(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger, opt
 		errc <- srv.Serve(ln)
 	}()
 	log.Info("gateway listening", "address", ln.Addr().String(), "tls", tlsConf != nil,
-		"pools", len(cfg.Pools), "endpoints", len(*g.eps.Load()))
+		"api keys", g.keys.Load() != nil, "pools", len(cfg.Pools), "endpoints", len(*g.eps.Load()))
 serving:
 	for {
 		select {
@@ -598,8 +622,15 @@ func (s switched) Enabled(ctx context.Context, l slog.Level) bool {
 	return s.on.Load() && s.h.Enabled(ctx, l)
 }
 
-// Handle implements slog.Handler.
-func (s switched) Handle(ctx context.Context, r slog.Record) error { return s.h.Handle(ctx, r) }
+// Handle implements slog.Handler. A request that presented an API key
+// has the key's name in its line as api_key.
+func (s switched) Handle(ctx context.Context, r slog.Record) error {
+	if name, ok := ctx.Value(apiKeyName{}).(string); ok {
+		r = r.Clone()
+		r.AddAttrs(slog.String("api_key", name))
+	}
+	return s.h.Handle(ctx, r)
+}
 
 // WithAttrs implements slog.Handler.
 func (s switched) WithAttrs(attrs []slog.Attr) slog.Handler {

@@ -84,6 +84,10 @@ func (g *Gateway) reload(cfg Config) error {
 			return err
 		}
 	}
+	keys, err := loadKeys(cfg.Auth)
+	if err != nil {
+		return err
+	}
 	var stages []staged
 	var fresh []*pool
 	fail := func(err error) error {
@@ -155,7 +159,10 @@ func (g *Gateway) reload(cfg Config) error {
 		g.scraper.SetEndpoints(all)
 	}
 	g.eps.Store(&all)
+	// The table, which strips the clients' Authorization when keys are
+	// on, before the keys that make it a secret.
 	g.proxy.SetTable(table)
+	g.keys.Store(keys)
 	var removed []string
 	for name, p := range g.pools {
 		if pools[name] == nil {
@@ -179,8 +186,12 @@ func (g *Gateway) reload(cfg Config) error {
 	for _, name := range restart {
 		g.log.Warn("config reload: setting takes effect at restart; the running value stays", "setting", name)
 	}
+	apiKeys := 0
+	if keys != nil {
+		apiKeys = len(keys.names)
+	}
 	g.log.Info("config reloaded", "pools", len(cfg.Pools), "added", added, "removed", removed,
-		"changed", changed, "endpoints", len(all), "new endpoints", newEps)
+		"changed", changed, "endpoints", len(all), "new endpoints", newEps, "api keys", apiKeys)
 	return nil
 }
 

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/inferroute/inferroute/router"
+)
+
+// AuthConfig turns on API keys: every request the proxy serves
+// (/v1/models included) must carry one of the keys in KeysFile as
+// "Authorization: Bearer <key>", the form OpenAI's SDKs send, or is
+// answered 401 in OpenAI's error shape. /healthz, /readyz, /livez and
+// /metrics stay open to probes and Prometheus. The client's Authorization
+// is not forwarded: a pool's model servers get the pool's upstreamKeyFile
+// credential, or none. A reload reads the files again, so keys are added
+// and revoked without a restart.
+type AuthConfig struct {
+	// KeysFile is the file of the keys clients may present, one per line
+	// as "name key" or "key" alone; blank lines and lines starting with #
+	// are skipped. The name (for a lone key "line N") goes in the access
+	// log as api_key, never the key. Keys are at least 16 characters of
+	// visible ASCII, each given once, names too. Required.
+	KeysFile string `yaml:"keysFile"`
+}
+
+// minKeyLen is the shortest API key taken: a shorter one could be guessed
+// by trying keys against the gateway.
+const minKeyLen = 16
+
+// keySet is the API keys in force, by the SHA-256 of each key: a lookup
+// compares digests, so its time tells nothing of how close a wrong key
+// came to a right one, and the keys themselves are not kept.
+type keySet struct {
+	names map[[sha256.Size]byte]string
+}
+
+// loadKeys reads and checks the keys file of a; nil when a is nil (keys
+// off).
+func loadKeys(a *AuthConfig) (*keySet, error) {
+	if a == nil {
+		return nil, nil
+	}
+	b, err := os.ReadFile(a.KeysFile)
+	if err != nil {
+		return nil, fmt.Errorf("auth.keysFile: %w", err)
+	}
+	ks, err := parseKeys(b)
+	if err != nil {
+		return nil, fmt.Errorf("auth.keysFile %s: %w", a.KeysFile, err)
+	}
+	return ks, nil
+}
+
+// parseKeys parses a keys file (AuthConfig.KeysFile). Its errors name the
+// line, never the key.
+func parseKeys(b []byte) (*keySet, error) {
+	ks := &keySet{names: map[[sha256.Size]byte]string{}}
+	keyLine := map[[sha256.Size]byte]int{}
+	nameLine := map[string]int{}
+	for i, line := range strings.Split(string(b), "\n") {
+		n := i + 1
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		var name, key string
+		switch f := strings.Fields(line); len(f) {
+		case 1:
+			name, key = "line "+strconv.Itoa(n), f[0]
+		case 2:
+			name, key = f[0], f[1]
+		default:
+			return nil, fmt.Errorf("line %d: want \"name key\" or a key alone, found %d fields", n, len(f))
+		}
+		if len(key) < minKeyLen {
+			return nil, fmt.Errorf("line %d: the key is shorter than %d characters", n, minKeyLen)
+		}
+		for j := 0; j < len(key); j++ {
+			if c := key[j]; c < 0x21 || c > 0x7e {
+				return nil, fmt.Errorf("line %d: the key has a character that is not visible ASCII", n)
+			}
+		}
+		sum := sha256.Sum256([]byte(key))
+		if m, dup := keyLine[sum]; dup {
+			return nil, fmt.Errorf("line %d: the key of line %d again", n, m)
+		}
+		if m, dup := nameLine[name]; dup {
+			return nil, fmt.Errorf("line %d: name %q is also line %d's", n, name, m)
+		}
+		keyLine[sum], nameLine[name] = n, n
+		ks.names[sum] = name
+	}
+	if len(ks.names) == 0 {
+		return nil, errors.New("no keys: every request would be refused")
+	}
+	return ks, nil
+}
+
+// Reasons a request is refused, the reason attribute of
+// inferroute_gateway_unauthorized_total.
+const (
+	authMissing = "missing" // no Authorization header with a Bearer credential
+	authInvalid = "invalid" // a Bearer credential that is no key of the set
+)
+
+// check returns the name of the key r presents, or why it has none that
+// counts.
+func (ks *keySet) check(r *http.Request) (name, reason string) {
+	v := r.Header["Authorization"]
+	if len(v) != 1 {
+		return "", authMissing // none, or two: which one would be meant?
+	}
+	const scheme = "bearer " // RFC 6750 section 2.1; the scheme is case-insensitive (RFC 9110 section 11.1)
+	h := v[0]
+	if len(h) <= len(scheme) || !strings.EqualFold(h[:len(scheme)], scheme) {
+		return "", authMissing
+	}
+	key := strings.TrimLeft(h[len(scheme):], " ")
+	name, ok := ks.names[sha256.Sum256([]byte(key))]
+	if !ok {
+		return "", authInvalid
+	}
+	return name, ""
+}
+
+// unauthorized is the 401 of each reason, in OpenAI's error shape (an
+// invalid_request_error of code invalid_api_key, which OpenAI's SDKs raise
+// as an authentication error). The messages never echo the key.
+var unauthorized = map[string]*router.APIError{
+	authMissing: {Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+		Message: `no API key: send one in the Authorization header as "Bearer <key>"`},
+	authInvalid: {Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+		Message: "invalid API key"},
+}
+
+// apiKeyName is the context key of the name of the API key a request
+// presented, which the access log's handler (switched) adds to the line.
+type apiKeyName struct{}
+
+// authorize checks r's API key when keys are on. It returns the request to
+// serve, carrying the key's name for the access log when that is on, or
+// false after answering 401.
+func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
+	ks := g.keys.Load()
+	if ks == nil {
+		return r, true
+	}
+	var start time.Time
+	logged := g.accessOn.Load()
+	if logged {
+		start = time.Now()
+	}
+	name, reason := ks.check(r)
+	if reason == "" {
+		if logged {
+			r = r.WithContext(context.WithValue(r.Context(), apiKeyName{}, name))
+		}
+		return r, true
+	}
+	g.refused.Add(r.Context(), 1, g.refusedBy[reason])
+	ae := unauthorized[reason]
+	w.Header().Set("WWW-Authenticate", `Bearer realm="inferroute"`)
+	router.WriteError(w, ae)
+	if logged {
+		attrs := []slog.Attr{slog.String("method", clip(r.Method)), slog.String("path", clip(r.URL.Path)),
+			slog.Int("status", ae.Status), slog.Duration("duration", time.Since(start))}
+		if r.RemoteAddr != "" {
+			attrs = append(attrs, slog.String("client", r.RemoteAddr))
+		}
+		attrs = append(attrs, slog.String("error", ae.Message))
+		g.access.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+	}
+	return nil, false
+}
+
+// initAuthMetrics registers inferroute_gateway_unauthorized_total{reason},
+// the requests refused for their API key: a rise of "invalid" is someone
+// trying keys, or a client left with a revoked one.
+func (g *Gateway) initAuthMetrics() error {
+	var err error
+	if g.refused, err = g.meter.Int64Counter("inferroute.gateway.unauthorized",
+		metric.WithDescription("Requests answered 401 for their API key (auth.keysFile), by reason: missing or invalid.")); err != nil {
+		return err
+	}
+	g.refusedBy = map[string]metric.AddOption{}
+	for _, reason := range []string{authMissing, authInvalid} {
+		g.refusedBy[reason] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", reason)))
+	}
+	return nil
+}
+
+// maxLogValue bounds each client-chosen value of an access log line the
+// gateway writes itself, as the router bounds its own.
+const maxLogValue = 512
+
+// clip returns s cut to maxLogValue bytes, on a rune boundary, marked with
+// an ellipsis when cut.
+func clip(s string) string {
+	if len(s) <= maxLogValue {
+		return s
+	}
+	i := maxLogValue
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}
+
+// upstreamHeader is the router.PoolConfig.Header of pc: Authorization
+// with the pool's upstreamKeyFile credential, or, with API keys on and no
+// such file, no Authorization at all, so that a client's key stays at the
+// gateway. nil when neither applies (the client's header is forwarded).
+func upstreamHeader(pc PoolConfig, auth *AuthConfig) (http.Header, error) {
+	if pc.UpstreamKeyFile == "" {
+		if auth != nil {
+			return http.Header{"Authorization": nil}, nil
+		}
+		return nil, nil
+	}
+	b, err := os.ReadFile(pc.UpstreamKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("upstreamKeyFile: %w", err)
+	}
+	key := string(bytes.TrimSpace(b))
+	if key == "" {
+		return nil, fmt.Errorf("upstreamKeyFile %s: empty", pc.UpstreamKeyFile)
+	}
+	for j := 0; j < len(key); j++ {
+		if c := key[j]; c < 0x21 || c > 0x7e {
+			return nil, fmt.Errorf("upstreamKeyFile %s: the key is not one line of visible ASCII", pc.UpstreamKeyFile)
+		}
+	}
+	return http.Header{"Authorization": {"Bearer " + key}}, nil
+}
