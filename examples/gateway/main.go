@@ -8,8 +8,9 @@
 //	gateway -config gateway.yaml [-listen addr] [-watch 10s] [-pprof addr] [-gogc 400]
 //
 // SIGHUP reloads the configuration file, and with -watch so does a change
-// of its content, checked that often: pools, models, endpoints, picker
-// weights, admission and the log level change in place, all or nothing
+// of its content or of the files it names (TLS certificate, API keys),
+// checked that often: pools, models, endpoints, picker weights,
+// admission, API keys and the log level change in place, all or nothing
 // (see Gateway.Reload). SIGINT or SIGTERM drains and stops.
 //
 // The garbage collector runs at -gogc percent heap growth (400 by default,

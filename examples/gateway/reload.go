@@ -23,10 +23,12 @@ import (
 // Reload applies cfg, a parsed configuration, to the running gateway:
 // pools added, removed or changed (models, adapters, aliases, the picker's
 // configuration, admission control, endpoints), the log level, the access
-// log on or off, and the TLS certificate, read again from its files. Every part is built and
-// checked before any is applied, so a configuration that fails (an
-// unknown scorer, a model served by two pools, a bad admission parameter,
-// a key that does not match its certificate) leaves the gateway as it
+// log on or off, the API keys and the pools' upstream keys, read again
+// from their files, and the TLS certificate, read again from its files.
+// Every part is built and checked before any is applied, so a
+// configuration that fails (an unknown scorer, a model served by two
+// pools, a bad admission parameter, a keys file that cannot be read, a
+// private key that does not match its certificate) leaves the gateway as it
 // was, and the error says why. Then the parts are swapped in together.
 //
 // An endpoint whose name and settings are unchanged keeps its live state:
@@ -275,8 +277,9 @@ var errEmptyConfig = errors.New("configuration file is empty")
 
 // watchConfig reads the configuration file at path and sends it on out
 // each time hup delivers (SIGHUP) and, when every is positive, each time
-// the file's content, or that of the TLS certificate and key files it
-// names, has changed when checked, every that often. A file that cannot
+// the file's content, or that of the files it names (watchedFiles: TLS
+// certificate and key, API keys, upstream keys), has changed when
+// checked, every that often. A file that cannot
 // be read or parsed is sent as the error: on a check, once until the
 // error or the content changes. On a check an empty file is skipped, as a
 // writer that truncates before writing leaves one for a moment (replace
@@ -288,7 +291,7 @@ func watchConfig(ctx context.Context, path string, every time.Duration, hup <-ch
 	data, _ := os.ReadFile(path) // the content run started with
 	var files []string
 	if cfg, err := ParseConfig(data); err == nil {
-		files = tlsFiles(cfg)
+		files = watchedFiles(cfg)
 	}
 	last := snapshot(data, files)
 	var lastErr string
@@ -332,7 +335,7 @@ func watchConfig(ctx context.Context, path string, every time.Duration, hup <-ch
 			if fix != nil {
 				fix(&cfg)
 			}
-			if next := tlsFiles(cfg); !slices.Equal(next, files) {
+			if next := watchedFiles(cfg); !slices.Equal(next, files) {
 				files, last = next, snapshot(data, next)
 			}
 		}
@@ -340,17 +343,28 @@ func watchConfig(ctx context.Context, path string, every time.Duration, hup <-ch
 	}
 }
 
-// tlsFiles are the certificate and key files that c names, if it has tls.
-func tlsFiles(c Config) []string {
-	if c.TLS == nil {
-		return nil
+// watchedFiles are the files c names whose content is configuration: the
+// TLS certificate and key, the API keys file and the pools' upstream key
+// files.
+func watchedFiles(c Config) []string {
+	var files []string
+	if c.TLS != nil {
+		files = append(files, c.TLS.CertFile, c.TLS.KeyFile)
 	}
-	return []string{c.TLS.CertFile, c.TLS.KeyFile}
+	if c.Auth != nil {
+		files = append(files, c.Auth.KeysFile)
+	}
+	for _, p := range c.Pools {
+		if p.UpstreamKeyFile != "" {
+			files = append(files, p.UpstreamKeyFile)
+		}
+	}
+	return files
 }
 
 // snapshot is what a check compares: data, then the content of each of
 // files (nothing for one that cannot be read), so that a renewed
-// certificate is a change of the configuration.
+// certificate or a revoked API key is a change of the configuration.
 func snapshot(data []byte, files []string) []byte {
 	s := bytes.Clone(data)
 	for _, f := range files {

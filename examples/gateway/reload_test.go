@@ -460,3 +460,47 @@ func serveChat(t *testing.T, g *Gateway, model string) http.Header {
 	require.Equal(t, 200, w.Code, w.Body.String())
 	return w.Header()
 }
+
+// TestWatchKeysFiles: with -watch, an edited API keys file or upstream
+// key file is a change of the configuration, as a renewed certificate is,
+// so that a key revoked in a mounted Secret stops working without a
+// SIGHUP.
+func TestWatchKeysFiles(t *testing.T) {
+	dir := t.TempDir()
+	path, keys, upstream := filepath.Join(dir, "gateway.yaml"), filepath.Join(dir, "keys"), filepath.Join(dir, "vllm-key")
+	writeFile(t, keys, "team-a sk-team-a-0123456789abcdef\n")
+	writeFile(t, upstream, "vllm-secret-0123456789\n")
+	writeFile(t, path, gatewayYAML("127.0.0.1:9001")+"    upstreamKeyFile: "+upstream+"\nauth: {keysFile: "+keys+"}\n")
+	out := make(chan configLoad)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		watchConfig(ctx, path, 5*time.Millisecond, nil, nil, out)
+		close(done)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	next := func(why string) {
+		t.Helper()
+		select {
+		case l := <-out:
+			require.NoError(t, l.err)
+		case <-time.After(5 * time.Second):
+			t.Fatal(why + ": nothing sent")
+		}
+	}
+	quiet := func() {
+		t.Helper()
+		select {
+		case l := <-out:
+			t.Fatalf("nothing changed, yet sent %+v", l)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	quiet()
+	writeFile(t, keys, "team-b sk-team-b-0123456789abcdef\n")
+	next("a key revoked and another added")
+	quiet()
+	writeFile(t, upstream, "vllm-secret-rotated-0123\n")
+	next("the pods' key rotated")
+	quiet()
+}
