@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -45,6 +47,57 @@ func FuzzParseConfig(f *testing.F) {
 		defer func() { _ = g.Close(context.Background()) }()
 		if err := g.Reload(cfg); err != nil {
 			t.Fatalf("a configuration that built does not reload onto itself: %v", err)
+		}
+	})
+}
+
+// FuzzParseKeys feeds parseKeys arbitrary keys files. It never panics; a
+// file it accepts has one distinct, non-empty name per key line; and no
+// error repeats a key (a line's last field, when no line's name holds it).
+func FuzzParseKeys(f *testing.F) {
+	for _, seed := range []string{
+		"team-a sk-team-a-0123456789abcdef\n# comment\n\nsk-lone-0123456789abcdef\n",
+		"a sk-0123456789abcdef\r\nb sk-0123456789abcdeg\r\n",
+		"a sk-0123456789abcdef\nb sk-0123456789abcdef\n",
+		"a sk-0123456789abcdef\na sk-0123456789abcdeg\n",
+		"a b c\n", "a short\n", "a sk-0123456789abcdé\n", "",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ks, err := parseKeys(data)
+		var keyLines, names, keys []string
+		for _, line := range strings.Split(string(data), "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || line[0] == '#' {
+				continue
+			}
+			keyLines = append(keyLines, line)
+			switch fields := strings.Fields(line); len(fields) {
+			case 1:
+				keys = append(keys, fields[0])
+			case 2:
+				names, keys = append(names, fields[0]), append(keys, fields[1])
+			}
+		}
+		if err != nil {
+			for _, k := range keys {
+				inName := slices.ContainsFunc(names, func(n string) bool { return strings.Contains(n, k) })
+				if len(k) >= minKeyLen && !inName && strings.Contains(err.Error(), k) {
+					t.Fatalf("the error repeats a key: %v", err)
+				}
+			}
+			return
+		}
+		if len(ks.names) != len(keyLines) {
+			t.Fatalf("%d keys taken from %d key lines", len(ks.names), len(keyLines))
+		}
+		seen := map[string]bool{}
+		for _, n := range ks.names {
+			if n == "" || seen[n] {
+				t.Fatalf("name %q empty or given twice", n)
+			}
+			seen[n] = true
 		}
 	})
 }
