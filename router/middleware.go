@@ -170,7 +170,10 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := m.p
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
-			start := p.clock.Now()
+			var start time.Time
+			if p.cfg.AccessLog != nil {
+				start = p.clock.Now()
+			}
 			if status := p.serveModels(w, r); status != 0 {
 				if p.cfg.AccessLog != nil {
 					p.logAccess(r, nil, status, p.clock.Now().Sub(start), 0, nil)

@@ -44,7 +44,8 @@ type Config struct {
 	LogLevel string `yaml:"logLevel"`
 	// AccessLog writes one JSON line per request to standard output when
 	// it has been answered (router.Config.AccessLog): status, model, pool,
-	// endpoint, attempts, TTFT, duration, tokens. Independent of LogLevel;
+	// endpoint, attempts, TTFT, duration, tokens, and with Auth the name
+	// of the API key presented (api_key). Independent of LogLevel;
 	// a reload turns it on or off. Default off.
 	AccessLog bool `yaml:"accessLog"`
 	// TLS, when set, serves the gateway over HTTPS (HTTP/2 and HTTP/1.1)
