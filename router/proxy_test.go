@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -183,14 +184,21 @@ func backend(t *testing.T, h func(w http.ResponseWriter, r *http.Request)) (addr
 	return srv.Listener.Addr().String(), got
 }
 
-// deadAddr is an address where nothing listens.
+// deadAddr is an address where nothing listens, and nothing will until
+// the test ends: a socket bound to it, never listening, holds the port,
+// so that a connection is refused. (A port freed by closing a listener
+// can be handed to the next server a test starts, the front's own
+// included: a proxy whose dead endpoint is itself forwards to itself
+// until it runs out of file descriptors, which CI once saw.)
 func deadAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	sa, err := syscall.Getsockname(fd)
+	require.NoError(t, err)
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
 }
 
 func jsonHandler(status int, body []byte, before func()) func(http.ResponseWriter, *http.Request) {

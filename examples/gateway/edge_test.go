@@ -111,7 +111,8 @@ func TestConfigRejected(t *testing.T) {
 // /healthz
 // ---------------------------------------------------------------------------
 
-// deadAddr returns a loopback address nobody listens on.
+// deadAddr returns a loopback address nobody listens on now: a free port
+// for a server the test starts.
 func deadAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -119,6 +120,22 @@ func deadAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 	return addr
+}
+
+// refusedAddr returns a loopback address that refuses connections until
+// the test ends, for an endpoint that is down: a socket bound to it, never
+// listening, holds the port. A port freed by closing a listener (deadAddr)
+// can be handed to the next server started, the gateway's own included,
+// which would then forward to itself.
+func refusedAddr(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	sa, err := syscall.Getsockname(fd)
+	require.NoError(t, err)
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
 }
 
 // answersOK reports whether a GET of url answers 200 (the body is
@@ -145,7 +162,7 @@ func healthz(t *testing.T, url string) (int, string) {
 // must be 503, and 200 once one is up.
 func TestHealthzNoEndpointReachable(t *testing.T) {
 	t.Run("eventually 503 with every endpoint down", func(t *testing.T) {
-		url, _ := startGateway(t, gatewayYAML(deadAddr(t), deadAddr(t)))
+		url, _ := startGateway(t, gatewayYAML(refusedAddr(t), refusedAddr(t)))
 		require.Eventually(t, func() bool { c, _ := healthz(t, url); return c == 503 },
 			5*time.Second, 10*time.Millisecond)
 		_, body := healthz(t, url)
@@ -158,7 +175,7 @@ func TestHealthzNoEndpointReachable(t *testing.T) {
 	})
 	t.Run("200 with one endpoint up", func(t *testing.T) {
 		a := newPod(t, nil)
-		url, _ := startGateway(t, gatewayYAML(deadAddr(t), a.addr()))
+		url, _ := startGateway(t, gatewayYAML(refusedAddr(t), a.addr()))
 		require.Eventually(t, func() bool { c, _ := healthz(t, url); return c == 200 },
 			5*time.Second, 10*time.Millisecond, "ready once the live pod answered a scrape")
 		_, body := healthz(t, url)
@@ -175,7 +192,7 @@ func TestHealthzNoEndpointReachable(t *testing.T) {
 		// scrapes /healthz would say ok although no endpoint was ever
 		// reached, and a readiness probe would admit a gateway that can
 		// only answer 502.
-		url, _ := startGateway(t, gatewayYAML(deadAddr(t)))
+		url, _ := startGateway(t, gatewayYAML(refusedAddr(t)))
 		code, body := healthz(t, url)
 		assert.Equal(t, 503, code, "healthz with no endpoint ever reached: %q", body)
 	})
