@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/inferroute/inferroute/picker"
 	"github.com/inferroute/inferroute/signals"
 )
@@ -169,6 +171,10 @@ func (m *Middleware) SetTable(t *Table) { m.p.SetTable(t) }
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := m.p
+		var span trace.Span
+		if p.tr.tracer != nil {
+			r, span = p.tr.start(r)
+		}
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			var start time.Time
 			if p.cfg.AccessLog != nil {
@@ -177,6 +183,9 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			if status := p.serveModels(w, r); status != 0 {
 				if p.cfg.AccessLog != nil {
 					p.logAccess(r, nil, status, p.clock.Now().Sub(start), 0, nil)
+				}
+				if span != nil {
+					p.tr.finish(span, nil, status, 0, false, nil)
 				}
 				return
 			}
@@ -194,6 +203,9 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			p.inst.request(r.Context(), c, ae.Status, d, 0)
 			if p.cfg.AccessLog != nil {
 				p.logAccess(r, c, ae.Status, d, 0, err)
+			}
+			if span != nil {
+				p.tr.finish(span, c, ae.Status, 0, false, err)
 			}
 			return
 		}
@@ -227,6 +239,9 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		}
 		if p.cfg.EndpointHeader != "" {
 			r2.Header.Set(p.cfg.EndpointHeader, res.Endpoint.Address)
+		}
+		if span != nil {
+			p.tr.inject(r2.Context(), r2.Header) // for a next handler that forwards the header as it is
 		}
 		if c.decoded {
 			r2.Header.Del("Content-Encoding") // the body handed on is the decoded one
@@ -265,16 +280,21 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			}
 			d.Done(o)
 			p.inst.request(r.Context(), c, status, end.Sub(c.start), o.TTFT)
-			if p.cfg.AccessLog != nil {
-				// The line names the last attempt, with the usage the next
-				// handler reported for it; the status, ttft and error are
-				// what the Middleware saw of the response.
+			if p.cfg.AccessLog != nil || span != nil {
+				// The line and the span name the last attempt, with the
+				// usage the next handler reported for it; the status, ttft
+				// and error are what the Middleware saw of the response.
 				var known bool
 				c.attempts, c.ep, c.outcome, known = d.lastAttempt()
 				if !known {
 					c.outcome = signals.Outcome{}
 				}
+			}
+			if p.cfg.AccessLog != nil {
 				p.logAccess(r, c, status, end.Sub(c.start), o.TTFT, o.Err)
+			}
+			if span != nil {
+				p.tr.finish(span, c, status, o.TTFT, !returned, o.Err)
 			}
 		}()
 		next.ServeHTTP(rw, r2)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/inferroute/inferroute/picker"
 	"github.com/inferroute/inferroute/signals"
 	"github.com/inferroute/inferroute/signals/prefix"
@@ -167,11 +169,19 @@ func BenchmarkProxy(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// With a span per request, recorded by the SDK and dropped: what
+	// Config.TracerProvider costs a request before any exporter's work.
+	traced, err := NewProxy(tab, Config{Transport: cannedTransport{resp},
+		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))})
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, bb := range prepareBodies() {
 		body := bytes.Replace(bb.body, []byte(`"stream":true`), []byte(`"stream":false`), 1)
 		b.Run(bb.name, func(b *testing.B) { serveBench(b, p, body) })
 		if bb.name == "1KB" {
 			b.Run("1KB-accesslog", func(b *testing.B) { serveBench(b, logged, body) })
+			b.Run("1KB-traced", func(b *testing.B) { serveBench(b, traced, body) })
 		}
 	}
 }

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inferroute/inferroute/picker"
 	"github.com/inferroute/inferroute/signals"
@@ -146,6 +148,24 @@ type Config struct {
 	// Decision.Retry, the last one's endpoint, and the usage the next
 	// handler reported for that attempt through its Done.
 	AccessLog *slog.Logger
+	// TracerProvider, when not nil, records a server span per request
+	// (named "POST /v1/chat/completions" and so on; a path outside
+	// OpenAI's API by its method alone): a child of the trace context
+	// the request carries (Propagator), with the model, pool, endpoint,
+	// attempts, status, TTFT and token usage as attributes (OpenTelemetry's
+	// HTTP and gen_ai conventions where they have names), an error status
+	// for a 5xx or a response that broke off. The picker's span
+	// (picker.WithTracerProvider) is its child, and the upstream request
+	// carries the span's context in place of the client's, so that a
+	// model server that traces continues the trace. The Middleware does
+	// the same around its next handler, whose request carries the span
+	// in its context and header. nil records none, at the cost of one
+	// nil check per request.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the trace context of incoming requests and writes
+	// it into upstream ones, with TracerProvider; nil means W3C Trace
+	// Context (traceparent, tracestate).
+	Propagator propagation.TextMapPropagator
 }
 
 // NewTransport returns a net/http transport for Config.Transport: keep-alive
@@ -189,6 +209,7 @@ type Proxy struct {
 	strip     []string
 	retries   int
 	inst      instruments
+	tr        tracing
 
 	table   atomic.Pointer[Table]
 	calls   sync.Pool
@@ -254,6 +275,7 @@ func NewProxy(t *Table, cfg Config) (*Proxy, error) {
 	if err := p.inst.init(cfg.MeterProvider); err != nil {
 		return nil, err
 	}
+	p.tr = newTracing(cfg)
 	p.table.Store(t)
 	p.calls.New = func() any { return new(call) }
 	p.prompts.New = func() any { return p.hasher.NewPrompt() }
@@ -346,6 +368,10 @@ func (p *Proxy) putCall(c *call) {
 // /v1/models/{model} from the table and proxies everything else: see the
 // package documentation.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var span trace.Span
+	if p.tr.tracer != nil {
+		r, span = p.tr.start(r)
+	}
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		var start time.Time
 		if p.cfg.AccessLog != nil {
@@ -354,6 +380,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if status := p.serveModels(w, r); status != 0 {
 			if p.cfg.AccessLog != nil {
 				p.logAccess(r, nil, status, p.clock.Now().Sub(start), 0, nil)
+			}
+			if span != nil {
+				p.tr.finish(span, nil, status, 0, false, nil)
 			}
 			return
 		}
@@ -375,13 +404,22 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if p.cfg.AccessLog != nil {
 			p.logAccess(r, c, ae.Status, d, 0, err)
 		}
+		if span != nil {
+			p.tr.finish(span, c, ae.Status, 0, false, err)
+		}
 		return
+	}
+	if span != nil {
+		p.tr.inject(r.Context(), c.hdr)
 	}
 	status, ttft, aborted := p.forward(w, r, c, res)
 	d := p.clock.Now().Sub(c.start)
 	p.inst.request(r.Context(), c, status, d, ttft)
 	if p.cfg.AccessLog != nil {
 		p.logAccess(r, c, status, d, ttft, nil)
+	}
+	if span != nil {
+		p.tr.finish(span, c, status, ttft, aborted, nil)
 	}
 	if aborted {
 		// The body broke off after bytes were sent and the format has no

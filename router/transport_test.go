@@ -39,6 +39,7 @@ func TestProxyOverNetHTTPTransport(t *testing.T) {
 		{"Errors", TestProxyErrors},
 		{"HeaderSpoofing", TestProxyHeaderSpoofing},
 		{"PoolHeader", TestProxyPoolHeader},
+		{"Tracing", TestProxyTracing},
 		{"FallbackRoute", TestProxyFallbackRoute},
 		{"ConcurrentStreams", TestProxyConcurrentStreams},
 	} {
