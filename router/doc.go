@@ -102,7 +102,10 @@
 // Config.MeterProvider records the router's OpenTelemetry metrics
 // (requests by pool, model and status, their duration, TTFT, retries).
 // Config.AccessLog writes one log line per answered request (pool,
-// endpoint, attempts, TTFT, tokens, error). Config.RequestID gives a
+// endpoint, attempts, TTFT, tokens, error). Config.TracerProvider records
+// a server span per request, in the client's trace (W3C traceparent),
+// with the picker's span under it and its context sent to the model
+// server. Config.RequestID gives a
 // request without an x-request-id one (NewRequestID), sent to the model
 // server and returned in the response, so that the access log, the
 // client and the model server's logs name the same request.

@@ -27,6 +27,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/inferroute/inferroute/picker"
 	"github.com/inferroute/inferroute/router"
@@ -46,6 +47,7 @@ type Gateway struct {
 	proxy    *router.Proxy
 	scraper  *scrape.Scraper
 	mp       *sdkmetric.MeterProvider
+	tp       *sdktrace.TracerProvider // nil when tracing is off
 	meter    metric.Meter
 	hasher   *prefix.Hasher
 	created  time.Time
@@ -117,7 +119,7 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 }
 
 // newGateway is NewGateway with the access log's destination.
-func newGateway(cfg Config, log *slog.Logger, access io.Writer) (*Gateway, error) {
+func newGateway(cfg Config, log *slog.Logger, access io.Writer) (_ *Gateway, err error) {
 	g := &Gateway{cfg: cfg, log: log, pools: map[string]*pool{}, registry: prometheus.NewRegistry(), created: time.Now()}
 	g.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	exp, err := otelprom.New(otelprom.WithRegisterer(g.registry))
@@ -130,12 +132,21 @@ func newGateway(cfg Config, log *slog.Logger, access io.Writer) (*Gateway, error
 		// refusing to route for.
 		log.Warn("OpenTelemetry resource from the environment is partly malformed", "error", err)
 	}
+	if g.tp, err = newTracerProvider(context.Background(), res); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil && g.tp != nil {
+			_ = g.tp.Shutdown(context.Background()) // its exporter's goroutine
+		}
+	}()
 	mpOpts := []sdkmetric.Option{sdkmetric.WithReader(exp), sdkmetric.WithResource(res)}
 	if os.Getenv("OTEL_METRICS_EXEMPLAR_FILTER") == "" {
-		// The gateway records no spans, so the SDK's default trace-based
-		// filter never keeps an exemplar; it would still be consulted on
-		// every measurement (1–1.5% of the gateway's CPU at saturation).
-		// The standard variable turns exemplars back on.
+		// /metrics is served in Prometheus's text format, which has no
+		// exemplars, so the SDK's default trace-based filter would be
+		// consulted on every measurement (1–1.5% of the gateway's CPU at
+		// saturation) for nothing. The standard variable turns exemplars
+		// back on for a reader that shows them.
 		mpOpts = append(mpOpts, sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
 	}
 	g.mp = sdkmetric.NewMeterProvider(mpOpts...)
@@ -196,6 +207,7 @@ func newGateway(cfg Config, log *slog.Logger, access io.Writer) (*Gateway, error
 		MeterProvider:     g.mp,
 		AccessLog:         g.access,
 		RequestID:         requestIDs(cfg.Router.RequestIDs),
+		TracerProvider:    g.tracerProvider(),
 	})
 	if err != nil {
 		g.closePools()
@@ -270,14 +282,18 @@ func (g *Gateway) newPool(pc PoolConfig) (*pool, error) {
 		return nil, err
 	}
 	p.adm.a.Store(adm)
-	p.pk, err = picker.New(pcfg,
+	opts := []picker.Option{
 		picker.WithLogger(g.log.With("pool", pc.Name)),
 		picker.WithMeterProvider(g.mp),
 		picker.WithMetricAttributes(attribute.String("pool", pc.Name)),
 		picker.WithPrefixMatcher(ix),
 		picker.WithLatencyEstimator(p.pred),
 		picker.WithAdmitter(p.adm),
-	)
+	}
+	if tp := g.tracerProvider(); tp != nil {
+		opts = append(opts, picker.WithTracerProvider(tp))
+	}
+	p.pk, err = picker.New(pcfg, opts...)
 	if err != nil {
 		_ = ix.Close()
 		return nil, err
@@ -461,6 +477,9 @@ func (g *Gateway) Close(ctx context.Context) error {
 		errs = append(errs, p.close())
 	}
 	errs = append(errs, g.mp.Shutdown(ctx))
+	if g.tp != nil {
+		errs = append(errs, g.tp.Shutdown(ctx)) // exports the spans still batched
+	}
 	return errors.Join(errs...)
 }
 
