@@ -160,7 +160,9 @@ type Config struct {
 	// model server that traces continues the trace. The Middleware does
 	// the same around its next handler, whose request carries the span
 	// in its context and header. nil records none, at the cost of one
-	// nil check per request.
+	// nil check per request; with the OpenTelemetry SDK sampling every
+	// request a span costs about 3.4 µs and 17 allocations before its
+	// exporter's work (BenchmarkProxy/1KB-traced against /1KB).
 	TracerProvider trace.TracerProvider
 	// Propagator reads the trace context of incoming requests and writes
 	// it into upstream ones, with TracerProvider; nil means W3C Trace
