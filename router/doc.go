@@ -66,7 +66,11 @@
 // client-supplied routing headers (HeaderDestination and
 // Config.StripHeaders, whatever the case of their keys) are removed before
 // picking and forwarding; a request that could not be forwarded verbatim
-// (a header or method with control characters) is answered 400.
+// (a header or method with control characters) is answered 400. The
+// upstream request carries a Via naming the router (RFC 9110 section
+// 7.6.3, a random pseudonym per Proxy), and a request that comes back
+// with it, through an endpoint that leads to the gateway itself, is
+// answered 508 loop_detected (ErrLoop) instead of being forwarded again.
 //
 // Upstream requests go through a built-in HTTP/1.1 client unless
 // Config.Transport is set: the handler's goroutine writes the request in

@@ -47,6 +47,12 @@ var (
 	// ErrBodyTooLarge: the request body is over Config.MaxBodyBytes. The
 	// client gets 413.
 	ErrBodyTooLarge = errors.New("request body too large")
+	// ErrLoop: the request has already passed through this Proxy (its Via
+	// names it): an endpoint that leads back to the router, such as a
+	// gateway listed as its own model server. The request is answered 508
+	// instead of being forwarded again, which would go on until the
+	// process ran out of file descriptors.
+	ErrLoop = errors.New("request loop: it has already passed through this router")
 )
 
 // APIError is an error in OpenAI's shape, {"error":{"message","type",
@@ -154,6 +160,9 @@ func errorFor(err error, retryAfter time.Duration) *APIError {
 	case errors.Is(err, ErrUpstreamTimeout):
 		return &APIError{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "upstream_timeout",
 			Message: "the model server did not answer in time"}
+	case errors.Is(err, ErrLoop):
+		return &APIError{Status: http.StatusLoopDetected, Type: "server_error", Code: "loop_detected",
+			Message: err.Error() + "; an endpoint of the pool leads back to the gateway"}
 	case errors.Is(err, ErrUpstreamProtocol):
 		return &APIError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_protocol_error",
 			Message: "the model server sent a malformed response: " + withoutAddresses(err)}

@@ -240,6 +240,12 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		if p.cfg.EndpointHeader != "" {
 			r2.Header.Set(p.cfg.EndpointHeader, res.Endpoint.Address)
 		}
+		for k := range r2.Header {
+			if http.CanonicalHeaderKey(k) == "Via" {
+				delete(r2.Header, k)
+			}
+		}
+		r2.Header["Via"] = slices.Clone(c.hdr["Via"]) // the client's and the router's: a request that comes back is refused
 		if span != nil {
 			p.tr.inject(r2.Context(), r2.Header) // for a next handler that forwards the header as it is
 		}

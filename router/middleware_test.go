@@ -342,5 +342,6 @@ func TestMiddlewarePoolHeader(t *testing.T) {
 	for _, h := range seen {
 		assert.Equal(t, []string{"Bearer pool-key"}, h.Values("Authorization"), "the pool's value, the client's gone")
 		assert.Empty(t, h.Values("X-Api-Version"))
+		assert.Regexp(t, `^1\.1 inferroute-[0-9a-f]{8}$`, h.Get("Via"), "the router's Via, for loops through the next handler")
 	}
 }

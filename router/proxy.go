@@ -212,6 +212,12 @@ type Proxy struct {
 	retries   int
 	inst      instruments
 	tr        tracing
+	// via is the Via field value the Proxy adds to upstream requests
+	// ("1.1 inferroute-" and 8 random hex digits, RFC 9110 section
+	// 7.6.3's received-protocol and a pseudonym), viaName its pseudonym,
+	// which an incoming Via holds when the request looped back.
+	via     []string
+	viaName string
 
 	table   atomic.Pointer[Table]
 	calls   sync.Pool
@@ -278,6 +284,8 @@ func NewProxy(t *Table, cfg Config) (*Proxy, error) {
 		return nil, err
 	}
 	p.tr = newTracing(cfg)
+	p.viaName = "inferroute-" + NewRequestID()[:8]
+	p.via = []string{"1.1 " + p.viaName}
 	p.table.Store(t)
 	p.calls.New = func() any { return new(call) }
 	p.prompts.New = func() any { return p.hasher.NewPrompt() }
@@ -713,7 +721,9 @@ func isHopHeader(k string) bool {
 
 // cleanHeader returns the headers to forward: r's headers without the
 // hop-by-hop fields, those named by Connection, and the routing headers a
-// client may not set; with X-Forwarded-For extended and compression off.
+// client may not set; with Via and X-Forwarded-For extended and
+// compression off. It fails with ErrLoop when the request's Via shows it
+// has passed through this Proxy before.
 // It fills reuse (cleared first) when not nil. Keys are matched whatever
 // their case: net/http's server canonicalises them, but a handler in front
 // may have set one by hand.
@@ -755,6 +765,16 @@ func (p *Proxy) cleanHeader(r *http.Request, reuse http.Header) (http.Header, er
 				out.Del(f)
 			}
 		}
+	}
+	if prior := out["Via"]; len(prior) > 0 {
+		for _, v := range prior {
+			if strings.Contains(v, p.viaName) {
+				return out, ErrLoop
+			}
+		}
+		out["Via"] = append(slices.Clip(prior), p.via...)
+	} else {
+		out["Via"] = p.via // shared, never modified
 	}
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		if prior := out["X-Forwarded-For"]; len(prior) > 0 {

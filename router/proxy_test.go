@@ -1016,3 +1016,30 @@ func TestProxyPoolHeader(t *testing.T) {
 	e.rec.next(t)
 	e.requireIdle(t)
 }
+
+// TestProxyLoop: a pool whose endpoint is the gateway itself gets the
+// request back with the router's own Via, which is answered 508 at once
+// rather than forwarded again until file descriptors run out; the Via the
+// model servers get keeps the clients' and adds the router's.
+func TestProxyLoop(t *testing.T) {
+	addr, got := backend(t, jsonHandler(200, []byte(`{}`), nil))
+	e := newEnv(t, Config{}, addr)
+	require.Equal(t, 200, e.post(t, "/v1/chat/completions", `{"model":"`+baseModel+`"}`,
+		http.Header{"Via": {"1.0 corp-proxy"}}).StatusCode)
+	via := (<-got).header.Values("Via")
+	require.Len(t, via, 2)
+	assert.Equal(t, "1.0 corp-proxy", via[0])
+	assert.Regexp(t, `^1\.1 inferroute-[0-9a-f]{8}$`, via[1])
+	e.rec.next(t)
+
+	pk, err := picker.New(picker.Config{})
+	require.NoError(t, err)
+	self := signals.NewEndpoint(signals.EndpointSpec{Name: "self", Address: e.front.Listener.Addr().String()})
+	pk.SetEndpoints([]*signals.Endpoint{self})
+	tab, err := NewTable(TableConfig{Pools: []PoolConfig{{Name: "loop", Picker: pk, Models: []string{"loop"}}}})
+	require.NoError(t, err)
+	e.proxy.SetTable(tab)
+	ae := requireAPIError(t, e.post(t, "/v1/chat/completions", `{"model":"loop"}`, nil), http.StatusLoopDetected, "loop_detected")
+	assert.Contains(t, ae["message"], "an endpoint of the pool leads back to the gateway")
+	assert.Zero(t, self.InFlight(), "both hops done")
+}
