@@ -77,8 +77,9 @@ type PoolConfig struct {
 	// the client must not choose, such as the credential of model servers
 	// started with vLLM's --api-key (Authorization: Bearer <key>). Names
 	// must be tokens and values free of control characters; hop-by-hop
-	// fields and the body's framing (Host, Content-Length,
-	// Content-Encoding, Transfer-Encoding) cannot be set.
+	// fields, the body's framing (Host, Content-Length, Content-Encoding,
+	// Transfer-Encoding) and Via, by which the router detects loops,
+	// cannot be set.
 	Header http.Header
 }
 
@@ -304,7 +305,7 @@ func poolHeader(h http.Header) (http.Header, error) {
 			return nil, fmt.Errorf("header %q is not a valid header field name", k)
 		}
 		switch {
-		case isHopHeader(ck), ck == "Host", ck == "Content-Length", ck == "Content-Encoding":
+		case isHopHeader(ck), ck == "Host", ck == "Content-Length", ck == "Content-Encoding", ck == "Via":
 			return nil, fmt.Errorf("header %q cannot be set on the requests sent to a pool", k)
 		}
 		if _, dup := out[ck]; dup {

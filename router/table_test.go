@@ -172,6 +172,7 @@ func TestNewTablePoolHeader(t *testing.T) {
 		{http.Header{"Content-Encoding": {"gzip"}}, `header "Content-Encoding" cannot be set`},
 		{http.Header{"Transfer-Encoding": {"chunked"}}, `header "Transfer-Encoding" cannot be set`},
 		{http.Header{"Connection": {"close"}}, `header "Connection" cannot be set`},
+		{http.Header{"via": {"1.1 elsewhere"}}, `header "via" cannot be set`},
 		{http.Header{"X-Key": {"a"}, "x-key": {"b"}}, `is given twice`},
 	} {
 		err := table(tc.h)
