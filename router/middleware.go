@@ -175,20 +175,8 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		if p.tr.tracer != nil {
 			r, span = p.tr.start(r)
 		}
-		if r.Method == http.MethodGet || r.Method == http.MethodHead {
-			var start time.Time
-			if p.cfg.AccessLog != nil {
-				start = p.clock.Now()
-			}
-			if status := p.serveModels(w, r); status != 0 {
-				if p.cfg.AccessLog != nil {
-					p.logAccess(r, nil, status, p.clock.Now().Sub(start), 0, nil)
-				}
-				if span != nil {
-					p.tr.finish(span, nil, status, 0, false, nil)
-				}
-				return
-			}
+		if p.serveListing(w, r, span) {
+			return
 		}
 		c := new(call)
 		c.start = p.clock.Now()

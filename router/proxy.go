@@ -382,20 +382,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.tr.tracer != nil {
 		r, span = p.tr.start(r)
 	}
-	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		var start time.Time
-		if p.cfg.AccessLog != nil {
-			start = p.clock.Now()
-		}
-		if status := p.serveModels(w, r); status != 0 {
-			if p.cfg.AccessLog != nil {
-				p.logAccess(r, nil, status, p.clock.Now().Sub(start), 0, nil)
-			}
-			if span != nil {
-				p.tr.finish(span, nil, status, 0, false, nil)
-			}
-			return
-		}
+	if p.serveListing(w, r, span) {
+		return
 	}
 	c := p.getCall()
 	defer p.putCall(c)
@@ -437,6 +425,30 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// response rather than a silently truncated one.
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// serveListing answers r from the table when it is a listing (GET or
+// HEAD of /v1/models or /v1/models/{model}), logs it and ends span, its
+// span when not nil, and reports whether it did.
+func (p *Proxy) serveListing(w http.ResponseWriter, r *http.Request, span trace.Span) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	var start time.Time
+	if p.cfg.AccessLog != nil {
+		start = p.clock.Now()
+	}
+	status := p.serveModels(w, r)
+	if status == 0 {
+		return false
+	}
+	if p.cfg.AccessLog != nil {
+		p.logAccess(r, nil, status, p.clock.Now().Sub(start), 0, nil)
+	}
+	if span != nil {
+		p.tr.finish(span, nil, status, 0, false, nil)
+	}
+	return true
 }
 
 // logAccess writes the access log line of a request answered with status

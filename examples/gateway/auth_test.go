@@ -22,20 +22,7 @@ import (
 // model servers get the pool's credential, never the client's; probes and
 // /metrics stay open; a reload revokes and adds keys, or turns them off.
 func TestAPIKeys(t *testing.T) {
-	chat := fixture(t, "openai/llm-d-inference-sim/chat-completions.response.json")
-	prom := fixture(t, "metrics/llm-d-inference-sim-idle.prom")
-	seen := make(chan []string, 16) // the Authorization values each request reached the pod with
-	pod := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/metrics" {
-			_, _ = w.Write(prom)
-			return
-		}
-		_, _ = io.Copy(io.Discard, r.Body)
-		seen <- r.Header.Values("Authorization")
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(chat)
-	}))
-	t.Cleanup(pod.Close)
+	pod, seen := headerPod(t, "Authorization")
 
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -143,6 +130,28 @@ func TestAPIKeys(t *testing.T) {
 	require.Equal(t, 200, serve(http.MethodPost, "/v1/chat/completions", "Bearer client-own").Code)
 	assert.Equal(t, []string{"Bearer client-own"}, <-seen)
 	assert.NotContains(t, lastLine(), "api_key")
+}
+
+// headerPod is a model server answering chat completions and /metrics
+// with llm-d-inference-sim captures, which sends on the channel the
+// values of the header named key each completion request came with.
+func headerPod(t *testing.T, key string) (*httptest.Server, chan []string) {
+	t.Helper()
+	chat := fixture(t, "openai/llm-d-inference-sim/chat-completions.response.json")
+	prom := fixture(t, "metrics/llm-d-inference-sim-idle.prom")
+	seen := make(chan []string, 16)
+	pod := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" {
+			_, _ = w.Write(prom)
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		seen <- r.Header.Values(key)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(chat)
+	}))
+	t.Cleanup(pod.Close)
+	return pod, seen
 }
 
 // strconvQuote is s as a JSON string.

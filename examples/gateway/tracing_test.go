@@ -66,20 +66,7 @@ func TestTracesExported(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", col.URL)
 	t.Setenv("OTEL_TRACES_EXPORTER", "")
 	t.Setenv("OTEL_TRACES_SAMPLER", "")
-	chat := fixture(t, "openai/llm-d-inference-sim/chat-completions.response.json")
-	prom := fixture(t, "metrics/llm-d-inference-sim-idle.prom")
-	parents := make(chan string, 4)
-	pod := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/metrics" {
-			_, _ = w.Write(prom)
-			return
-		}
-		_, _ = io.Copy(io.Discard, r.Body)
-		parents <- r.Header.Get("Traceparent")
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(chat)
-	}))
-	t.Cleanup(pod.Close)
+	pod, parents := headerPod(t, "Traceparent")
 	cfg, err := ParseConfig([]byte(gatewayYAML(pod.Listener.Addr().String())))
 	require.NoError(t, err)
 	g, err := newGateway(cfg, slog.New(slog.DiscardHandler), io.Discard)
@@ -93,7 +80,7 @@ func TestTracesExported(t *testing.T) {
 	w := httptest.NewRecorder()
 	g.Handler().ServeHTTP(w, r)
 	require.Equal(t, 200, w.Code, w.Body.String())
-	upstream := <-parents
+	upstream := strings.Join(<-parents, ",")
 	require.NoError(t, g.Close(context.Background()))
 
 	c.mu.Lock()
