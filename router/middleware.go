@@ -185,16 +185,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			p.echoRequestID(w, c.hdr)
 		}
 		if err != nil {
-			ae := errorFor(err, p.cfg.RetryAfter)
-			WriteError(w, ae)
-			d := p.clock.Now().Sub(c.start)
-			p.inst.request(r.Context(), c, ae.Status, d, 0)
-			if p.cfg.AccessLog != nil {
-				p.logAccess(r, c, ae.Status, d, 0, err)
-			}
-			if span != nil {
-				p.tr.finish(span, c, ae.Status, 0, false, err)
-			}
+			p.refuse(w, r, c, span, err)
 			return
 		}
 		d := &Decision{
@@ -208,32 +199,24 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		if p.cfg.RequestID != nil && r2.Header.Get(canonicalRequestID) == "" {
 			r2.Header[canonicalRequestID] = c.hdr[canonicalRequestID] // the one admit made
 		}
+		// One pass, matching keys in any case: the routing headers go, and
+		// so do the fields the router sets itself, the pool's and Via.
+		pool := c.route.Pool.header
 		for k := range r2.Header {
-			if p.stripped(http.CanonicalHeaderKey(k)) {
+			ck := http.CanonicalHeaderKey(k)
+			if _, set := pool[ck]; set || ck == "Via" || p.stripped(ck) {
 				delete(r2.Header, k)
 			}
 		}
-		if h := c.route.Pool.header; len(h) > 0 {
-			for k := range r2.Header {
-				if _, set := h[http.CanonicalHeaderKey(k)]; set {
-					delete(r2.Header, k)
-				}
-			}
-			for k, v := range h {
-				if len(v) > 0 {
-					r2.Header[k] = slices.Clone(v) // r2.Header is the next handler's to change
-				}
-			}
-		}
-		if p.cfg.EndpointHeader != "" {
-			r2.Header.Set(p.cfg.EndpointHeader, res.Endpoint.Address)
-		}
-		for k := range r2.Header {
-			if http.CanonicalHeaderKey(k) == "Via" {
-				delete(r2.Header, k)
+		for k, v := range pool {
+			if len(v) > 0 {
+				r2.Header[k] = slices.Clone(v) // r2.Header is the next handler's to change
 			}
 		}
 		r2.Header["Via"] = slices.Clone(c.hdr["Via"]) // the client's and the router's: a request that comes back is refused
+		if p.cfg.EndpointHeader != "" {
+			r2.Header.Set(p.cfg.EndpointHeader, res.Endpoint.Address)
+		}
 		if span != nil {
 			p.tr.inject(r2.Context(), r2.Header) // for a next handler that forwards the header as it is
 		}
@@ -273,7 +256,6 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 				o.Err = fmt.Errorf("%w: %d", ErrUpstreamStatus, rw.status)
 			}
 			d.Done(o)
-			p.inst.request(r.Context(), c, status, end.Sub(c.start), o.TTFT)
 			if p.cfg.AccessLog != nil || span != nil {
 				// The line and the span name the last attempt, with the
 				// usage the next handler reported for it; the status, ttft
@@ -284,12 +266,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 					c.outcome = signals.Outcome{}
 				}
 			}
-			if p.cfg.AccessLog != nil {
-				p.logAccess(r, c, status, end.Sub(c.start), o.TTFT, o.Err)
-			}
-			if span != nil {
-				p.tr.finish(span, c, status, o.TTFT, !returned, o.Err)
-			}
+			p.report(r, c, span, status, end.Sub(c.start), o.TTFT, !returned, o.Err)
 		}()
 		next.ServeHTTP(rw, r2)
 		returned = true

@@ -393,37 +393,44 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.echoRequestID(w, c.hdr)
 	}
 	if err != nil {
-		ae := errorFor(err, p.cfg.RetryAfter)
-		WriteError(w, ae)
-		d := p.clock.Now().Sub(c.start)
-		p.inst.request(r.Context(), c, ae.Status, d, 0)
-		p.log.LogAttrs(r.Context(), slog.LevelDebug, "request rejected", slog.Int("status", ae.Status),
+		status := p.refuse(w, r, c, span, err)
+		p.log.LogAttrs(r.Context(), slog.LevelDebug, "request rejected", slog.Int("status", status),
 			slog.String("error", err.Error()))
-		if p.cfg.AccessLog != nil {
-			p.logAccess(r, c, ae.Status, d, 0, err)
-		}
-		if span != nil {
-			p.tr.finish(span, c, ae.Status, 0, false, err)
-		}
 		return
 	}
 	if span != nil {
 		p.tr.inject(r.Context(), c.hdr)
 	}
 	status, ttft, aborted := p.forward(w, r, c, res)
-	d := p.clock.Now().Sub(c.start)
-	p.inst.request(r.Context(), c, status, d, ttft)
-	if p.cfg.AccessLog != nil {
-		p.logAccess(r, c, status, d, ttft, nil)
-	}
-	if span != nil {
-		p.tr.finish(span, c, status, ttft, aborted, nil)
-	}
+	p.report(r, c, span, status, p.clock.Now().Sub(c.start), ttft, aborted, nil)
 	if aborted {
 		// The body broke off after bytes were sent and the format has no
 		// in-band error: abort the connection so the client sees a failed
 		// response rather than a silently truncated one.
 		panic(http.ErrAbortHandler)
+	}
+}
+
+// refuse answers r, which admit refused with err, in OpenAI's error shape
+// and records its end (report); it returns the status sent.
+func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, c *call, span trace.Span, err error) int {
+	ae := errorFor(err, p.cfg.RetryAfter)
+	WriteError(w, ae)
+	p.report(r, c, span, ae.Status, p.clock.Now().Sub(c.start), 0, false, err)
+	return ae.Status
+}
+
+// report records the end of a request that admit saw, answered with
+// status after d: its metrics, its access log line and its span, when
+// not nil. err is why it was refused or failed, when the outcome in c
+// does not say.
+func (p *Proxy) report(r *http.Request, c *call, span trace.Span, status int, d, ttft time.Duration, aborted bool, err error) {
+	p.inst.request(r.Context(), c, status, d, ttft)
+	if p.cfg.AccessLog != nil {
+		p.logAccess(r, c, status, d, ttft, err)
+	}
+	if span != nil {
+		p.tr.finish(span, c, status, ttft, aborted, err)
 	}
 }
 

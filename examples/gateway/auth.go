@@ -89,10 +89,8 @@ func parseKeys(b []byte) (*keySet, error) {
 		if len(key) < minKeyLen {
 			return nil, fmt.Errorf("line %d: the key is shorter than %d characters", n, minKeyLen)
 		}
-		for j := 0; j < len(key); j++ {
-			if c := key[j]; c < 0x21 || c > 0x7e {
-				return nil, fmt.Errorf("line %d: the key has a character that is not visible ASCII", n)
-			}
+		if !visibleASCII(key) {
+			return nil, fmt.Errorf("line %d: the key has a character that is not visible ASCII", n)
 		}
 		sum := sha256.Sum256([]byte(key))
 		if m, dup := keyLine[sum]; dup {
@@ -239,10 +237,19 @@ func upstreamHeader(pc PoolConfig, auth *AuthConfig) (http.Header, error) {
 	if key == "" {
 		return nil, fmt.Errorf("upstreamKeyFile %s: empty", pc.UpstreamKeyFile)
 	}
-	for j := 0; j < len(key); j++ {
-		if c := key[j]; c < 0x21 || c > 0x7e {
-			return nil, fmt.Errorf("upstreamKeyFile %s: the key is not one line of visible ASCII", pc.UpstreamKeyFile)
-		}
+	if !visibleASCII(key) {
+		return nil, fmt.Errorf("upstreamKeyFile %s: the key is not one line of visible ASCII", pc.UpstreamKeyFile)
 	}
 	return http.Header{"Authorization": {"Bearer " + key}}, nil
+}
+
+// visibleASCII reports whether s is all visible ASCII (0x21–0x7E): a key
+// that fits a header value as it is, with no space or control character.
+func visibleASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
