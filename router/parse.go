@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/inferroute/inferroute/internal/canon"
 	"github.com/inferroute/inferroute/signals"
 	"github.com/inferroute/inferroute/signals/latency"
 	"github.com/inferroute/inferroute/signals/prefix"
@@ -81,7 +82,8 @@ const (
 
 // The header names above in canonical form. http.Header.Get canonicalizes
 // its key on every call, which for a lowercase name means allocating the
-// canonical copy; a name already canonical costs only a scan.
+// canonical copy and for one already canonical a scan of it; the router
+// reads them with internal/canon.Get, which does neither.
 var (
 	canonicalPriority  = http.CanonicalHeaderKey(HeaderPriority)
 	canonicalSession   = http.CanonicalHeaderKey(HeaderSession)
@@ -99,12 +101,19 @@ type ParseOptions struct {
 	SessionHeader string
 	// PriorityHeader names the priority header; "" means HeaderPriority.
 	PriorityHeader string
+
+	// canonical is set by Canonical: the names are in canonical form and
+	// are looked up without canonicalizing them again.
+	canonical bool
 }
 
 // Canonical returns o with its header names in canonical form. ParseRequest
 // reads the same headers either way, but a name not in canonical form is
 // canonicalized, which allocates, on every call: callers that parse many
-// requests with one ParseOptions canonicalize it once (NewProxy does).
+// requests with one ParseOptions canonicalize it once (NewProxy does). The
+// result is marked canonical and its names are looked up as they are: a
+// name changed in it afterwards must be canonical too, or Canonical called
+// again.
 func (o ParseOptions) Canonical() ParseOptions {
 	if o.SessionHeader != "" {
 		o.SessionHeader = http.CanonicalHeaderKey(o.SessionHeader)
@@ -112,6 +121,7 @@ func (o ParseOptions) Canonical() ParseOptions {
 	if o.PriorityHeader != "" {
 		o.PriorityHeader = http.CanonicalHeaderKey(o.PriorityHeader)
 	}
+	o.canonical = true
 	return o
 }
 
@@ -317,9 +327,13 @@ func (p *Parsed) headers(h http.Header, opts ParseOptions) error {
 	if ph == "" {
 		ph, pname = canonicalPriority, HeaderPriority
 	}
-	p.SessionKey = h.Get(sh)
-	p.RequestID = h.Get(canonicalRequestID)
-	if v := strings.TrimSpace(h.Get(ph)); v != "" {
+	get := canon.Get
+	if !opts.canonical && (opts.SessionHeader != "" || opts.PriorityHeader != "") {
+		get = http.Header.Get
+	}
+	p.SessionKey = get(h, sh)
+	p.RequestID = canon.Get(h, canonicalRequestID)
+	if v := strings.TrimSpace(get(h, ph)); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
 			return fmt.Errorf("%w: header %s: %q is not an integer", ErrMalformed, pname, v)

@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/inferroute/inferroute/internal/canon"
 	"github.com/inferroute/inferroute/picker"
 	"github.com/inferroute/inferroute/signals"
 	"github.com/inferroute/inferroute/signals/prefix"
@@ -508,7 +509,7 @@ func (p *Proxy) logAccess(r *http.Request, c *call, status int, d, ttft time.Dur
 // hdr, the upstream request's header, if it has one (Config.RequestID);
 // a model server's response that has its own replaces it.
 func (p *Proxy) echoRequestID(w http.ResponseWriter, hdr http.Header) {
-	if id := hdr.Get(canonicalRequestID); id != "" {
+	if id := canon.Get(hdr, canonicalRequestID); id != "" {
 		w.Header()[canonicalRequestID] = []string{id}
 	}
 }
@@ -561,7 +562,7 @@ func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) int {
 	}
 	if p.cfg.RequestID != nil {
 		// A listing answered from the table has its id too.
-		id := r.Header.Get(canonicalRequestID)
+		id := canon.Get(r.Header, canonicalRequestID)
 		if id == "" {
 			id = p.newRequestID()
 		}
@@ -599,7 +600,7 @@ func (p *Proxy) admit(r *http.Request, c *call) (picker.Result, error) {
 	if c.hdr, err = p.cleanHeader(r, c.hdr); err != nil {
 		return picker.Result{}, err
 	}
-	if p.cfg.RequestID != nil && c.hdr.Get(canonicalRequestID) == "" {
+	if p.cfg.RequestID != nil && canon.Get(c.hdr, canonicalRequestID) == "" {
 		if id := p.newRequestID(); id != "" {
 			c.hdr[canonicalRequestID] = []string{id}
 		}
@@ -1158,7 +1159,7 @@ func (p *Proxy) respond(w http.ResponseWriter, r *http.Request, c *call, resp *h
 		o.Err = fmt.Errorf("%w: %d", ErrUpstreamStatus, resp.StatusCode)
 	}
 	copyHeader(w.Header(), resp.Header)
-	ct := mediaType(resp.Header.Get("Content-Type"))
+	ct := mediaType(canon.Get(resp.Header, "Content-Type"))
 	status := resp.StatusCode
 	var err error
 	var aborted bool

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/http"
 	"strings"
 	"time"
 
+	"github.com/inferroute/inferroute/internal/canon"
 	"github.com/inferroute/inferroute/signals"
 )
 
@@ -375,6 +377,11 @@ type SubsetFilter struct {
 	AddressHeader string `yaml:"addressHeader" json:"addressHeader"`
 	// LabelHeader names the header with the label selector.
 	LabelHeader string `yaml:"labelHeader" json:"labelHeader"`
+
+	// canonical is set when the names are in canonical form (the
+	// registry's filter), so that Filter looks them up without
+	// canonicalizing them on every request.
+	canonical bool
 }
 
 // DefaultSubsetFilter returns the header names used when none are
@@ -392,8 +399,12 @@ func (f *SubsetFilter) Filter(_ context.Context, in *Input) []*signals.Endpoint 
 	if h == nil {
 		return in.Endpoints
 	}
-	addrs := h.Get(f.AddressHeader)
-	labels := h.Get(f.LabelHeader)
+	get := http.Header.Get
+	if f.canonical {
+		get = canon.Get
+	}
+	addrs := get(h, f.AddressHeader)
+	labels := get(h, f.LabelHeader)
 	if addrs == "" && labels == "" {
 		return in.Endpoints
 	}

@@ -239,10 +239,12 @@ func NewRegistry() *Registry {
 		if err := p.Decode(&f); err != nil {
 			return nil, err
 		}
-		// Canonical names make the per-request http.Header.Get a lookup
-		// instead of an allocation of the canonical copy.
+		// Canonical names make the per-request lookup a map access
+		// instead of an allocation of the canonical copy (or a scan of
+		// the name, which http.Header.Get repeats even for a canonical one).
 		f.AddressHeader = http.CanonicalHeaderKey(f.AddressHeader)
 		f.LabelHeader = http.CanonicalHeaderKey(f.LabelHeader)
+		f.canonical = true
 		return &f, nil
 	}))
 	must(r.RegisterScorer(ScorerQueue, func(p Params, env Env) (Scorer, error) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inferroute/inferroute/internal/canon"
 	"github.com/inferroute/inferroute/signals"
 )
 
@@ -47,8 +48,9 @@ func ParseSLOHeaders(h http.Header) (signals.SLO, error) {
 	return slo, nil
 }
 
-// The SLO header names in canonical form: http.Header.Get allocates the
-// canonical copy of a lowercase key on every call.
+// The SLO header names in canonical form, read with canon.Get:
+// http.Header.Get allocates the canonical copy of a lowercase key on every
+// call, and scans even a canonical one.
 var (
 	canonicalTTFT = http.CanonicalHeaderKey(HeaderSLOTTFT)
 	canonicalTPOT = http.CanonicalHeaderKey(HeaderSLOTPOT)
@@ -56,7 +58,7 @@ var (
 
 // parseMillis reads the header key (canonical) and names it name in errors.
 func parseMillis(h http.Header, key, name string) (time.Duration, error) {
-	s := strings.TrimSpace(h.Get(key))
+	s := strings.TrimSpace(canon.Get(h, key))
 	if s == "" {
 		return 0, nil
 	}
