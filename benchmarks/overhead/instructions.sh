@@ -84,17 +84,21 @@ for cmd in backend minproxy icount; do
 done
 (cd "$ROOT" && go build -o "$WORK/gateway" ./examples/gateway)
 
-awk -v size="$SIZE" 'BEGIN {
-	s = "The quick brown fox jumps over the lazy dog while the model server keeps its cache warm. "
-	text = ""
-	while (length(text) < size - 220) text = text s
-	text = substr(text, 1, size - 220)
-	printf "{\"model\":\"meta-llama/Llama-3.1-8B-Instruct\",\"messages\":[{\"role\":\"system\",\"content\":\"You are a helpful assistant.\"},{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":64,\"temperature\":0.7,\"user\":\"bench\"}", text
-}' >"$WORK/body.json"
+awk -v size="$SIZE" -f "$ROOT/benchmarks/overhead/body.awk" >"$WORK/body.json"
 
 B1=$((BASE_PORT + 1)) B2=$((BASE_PORT + 2)) PROXY=$((BASE_PORT + 90))
 "$WORK/backend" -listen "127.0.0.1:$B1" & PIDS+=($!)
 "$WORK/backend" -listen "127.0.0.1:$B2" & PIDS+=($!)
+for port in "$B1" "$B2"; do
+	for _ in $(seq 1 50); do
+		if curl -s -o /dev/null "http://127.0.0.1:$port/metrics"; then break; fi
+		sleep 0.1
+	done
+done
+# A backend that could not listen (the port taken) has exited by now.
+for p in "${PIDS[@]}"; do
+	kill -0 "$p" 2>/dev/null || { log "a backend did not start (ports $B1, $B2; set BASE_PORT)"; exit 1; }
+done
 cat >"$WORK/gateway.yaml" <<YAML
 listen: 127.0.0.1:$PROXY
 logLevel: warn

@@ -274,15 +274,7 @@ for target in "${TARGETS[@]}"; do wait_port "${target##*:}"; done
 # --- bodies ----------------------------------------------------------------
 # A chat completions body of about $1 bytes: a system prompt and a user
 # message of English text.
-make_body() {
-	awk -v size="$1" 'BEGIN {
-		s = "The quick brown fox jumps over the lazy dog while the model server keeps its cache warm. "
-		text = ""
-		while (length(text) < size - 220) text = text s
-		text = substr(text, 1, size - 220)
-		printf "{\"model\":\"meta-llama/Llama-3.1-8B-Instruct\",\"messages\":[{\"role\":\"system\",\"content\":\"You are a helpful assistant.\"},{\"role\":\"user\",\"content\":\"%s\"}],\"max_tokens\":64,\"temperature\":0.7,\"user\":\"bench\"}", text
-	}'
-}
+make_body() { awk -v size="$1" -f "$ROOT/benchmarks/overhead/body.awk"; }
 make_body 1024 >"$WORK/body-1KB.json"
 make_body $((220 * 1024)) >"$WORK/body-220KB.json"
 
