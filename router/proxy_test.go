@@ -7,20 +7,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inferroute/inferroute/internal/nettest"
 	"github.com/inferroute/inferroute/picker"
 	"github.com/inferroute/inferroute/scorer"
 	"github.com/inferroute/inferroute/signals"
@@ -190,16 +189,7 @@ func backend(t *testing.T, h func(w http.ResponseWriter, r *http.Request)) (addr
 // can be handed to the next server a test starts, the front's own
 // included: a proxy whose dead endpoint is itself forwards to itself
 // until it runs out of file descriptors, which CI once saw.)
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = syscall.Close(fd) })
-	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
-	sa, err := syscall.Getsockname(fd)
-	require.NoError(t, err)
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
-}
+func deadAddr(t *testing.T) string { return nettest.RefusedAddr(t) }
 
 func jsonHandler(status int, body []byte, before func()) func(http.ResponseWriter, *http.Request) {
 	return func(w http.ResponseWriter, _ *http.Request) {

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inferroute/inferroute/internal/nettest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -127,16 +128,7 @@ func deadAddr(t *testing.T) string {
 // listening, holds the port. A port freed by closing a listener (deadAddr)
 // can be handed to the next server started, the gateway's own included,
 // which would then forward to itself.
-func refusedAddr(t *testing.T) string {
-	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = syscall.Close(fd) })
-	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
-	sa, err := syscall.Getsockname(fd)
-	require.NoError(t, err)
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
-}
+func refusedAddr(t *testing.T) string { return nettest.RefusedAddr(t) }
 
 // answersOK reports whether a GET of url answers 200 (the body is
 // discarded): a server-is-up probe for require.Eventually.

@@ -30,6 +30,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -245,17 +246,10 @@ func runReport(args []string, w io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", fs.Arg(i), err)
 		}
-		names[i] = strings.TrimSuffix(baseName(fs.Arg(i)), ".txt")
+		names[i] = strings.TrimSuffix(filepath.Base(fs.Arg(i)), ".txt")
 	}
 	report(w, *n, names, ps, *top)
 	return nil
-}
-
-func baseName(p string) string {
-	if i := strings.LastIndexByte(p, '/'); i >= 0 {
-		return p[i+1:]
-	}
-	return p
 }
 
 func report(w io.Writer, n int64, names [2]string, ps [2]profile, top int) {
