@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inferroute/inferroute/internal/nettest"
 	"github.com/inferroute/inferroute/picker"
 	"github.com/inferroute/inferroute/signals"
 )
@@ -146,7 +147,7 @@ func TestProxyAccessLog(t *testing.T) {
 	})
 
 	t.Run("every endpoint down", func(t *testing.T) {
-		e := newEnv(t, Config{AccessLog: accessLog}, deadAddr(t), deadAddr(t))
+		e := newEnv(t, Config{AccessLog: accessLog}, nettest.RefusedAddr(t), nettest.RefusedAddr(t))
 		r := e.post(t, "/v1/chat/completions", `{"model":"`+baseModel+`","messages":[{"role":"user","content":"hi"}]}`, nil)
 		require.GreaterOrEqual(t, r.StatusCode, 500)
 		l := buf.nextLine(t, 5)

@@ -14,6 +14,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/inferroute/inferroute/internal/nettest"
 	"github.com/inferroute/inferroute/signals/signalstest"
 )
 
@@ -111,7 +112,7 @@ func TestProxyNotHeldByMeterProvider(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	collected := make(chan struct{})
 	func() {
-		e := newEnv(t, Config{}, deadAddr(t)) // only for its table
+		e := newEnv(t, Config{}, nettest.RefusedAddr(t)) // only for its table
 		p, err := NewProxy(e.proxy.Table(), Config{MeterProvider: mp})
 		require.NoError(t, err)
 		runtime.AddCleanup(p, func(ch chan struct{}) { close(ch) }, collected)

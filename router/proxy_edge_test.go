@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inferroute/inferroute/internal/nettest"
 	"github.com/inferroute/inferroute/picker"
 	"github.com/inferroute/inferroute/signals"
 	"github.com/inferroute/inferroute/signals/prefix"
@@ -705,7 +706,7 @@ func TestProxySSE5xxRetried(t *testing.T) {
 // fallbacks, the second pick) gets exactly one Done, a connect error on
 // its own endpoint.
 func TestProxyRepickDoneOnce(t *testing.T) {
-	e := newEnv(t, Config{}, deadAddr(t), deadAddr(t), deadAddr(t), deadAddr(t))
+	e := newEnv(t, Config{}, nettest.RefusedAddr(t), nettest.RefusedAddr(t), nettest.RefusedAddr(t), nettest.RefusedAddr(t))
 	r := e.post(t, "/v1/chat/completions", edgeChat, nil)
 	requireAPIError(t, r, 502, "upstream_unreachable")
 	var eps []string
@@ -768,7 +769,7 @@ func TestProxyRequestTargetInjection(t *testing.T) {
 func TestProxyRetryChain(t *testing.T) {
 	bad, gotBad := backend(t, jsonHandler(500, []byte(`{"error":{"message":"boom"}}`), nil))
 	good, gotGood := backend(t, jsonHandler(200, []byte(`{"usage":{"prompt_tokens":2,"completion_tokens":3}}`), nil))
-	e := newEnv(t, Config{}, deadAddr(t), bad, good)
+	e := newEnv(t, Config{}, nettest.RefusedAddr(t), bad, good)
 	r := e.post(t, "/v1/chat/completions", edgeChat, nil)
 	b, _ := io.ReadAll(r.Body)
 	require.Equal(t, 200, r.StatusCode, "%s", b)

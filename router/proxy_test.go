@@ -183,14 +183,6 @@ func backend(t *testing.T, h func(w http.ResponseWriter, r *http.Request)) (addr
 	return srv.Listener.Addr().String(), got
 }
 
-// deadAddr is an address where nothing listens, and nothing will until
-// the test ends: a socket bound to it, never listening, holds the port,
-// so that a connection is refused. (A port freed by closing a listener
-// can be handed to the next server a test starts, the front's own
-// included: a proxy whose dead endpoint is itself forwards to itself
-// until it runs out of file descriptors, which CI once saw.)
-func deadAddr(t *testing.T) string { return nettest.RefusedAddr(t) }
-
 func jsonHandler(status int, body []byte, before func()) func(http.ResponseWriter, *http.Request) {
 	return func(w http.ResponseWriter, _ *http.Request) {
 		if before != nil {
@@ -405,7 +397,7 @@ func TestProxyRetries(t *testing.T) {
 	body := `{"model":"` + baseModel + `","messages":[{"role":"user","content":"hi"}]}`
 	t.Run("connect error then success", func(t *testing.T) {
 		good, got := backend(t, jsonHandler(200, ok, nil))
-		e := newEnv(t, Config{}, deadAddr(t), good)
+		e := newEnv(t, Config{}, nettest.RefusedAddr(t), good)
 		r := e.post(t, "/v1/chat/completions", body, nil)
 		require.Equal(t, 200, r.StatusCode)
 		<-got
@@ -542,7 +534,7 @@ func TestProxyRetries(t *testing.T) {
 		// ep0 is the pick, ep1 and ep2 its fallbacks: all dead. ep3, healthy
 		// and ranked last, was not among them.
 		good, got := backend(t, jsonHandler(200, ok, nil))
-		e := newEnv(t, Config{}, deadAddr(t), deadAddr(t), deadAddr(t), good)
+		e := newEnv(t, Config{}, nettest.RefusedAddr(t), nettest.RefusedAddr(t), nettest.RefusedAddr(t), good)
 		r := e.post(t, "/v1/chat/completions", body, nil)
 		require.Equal(t, 200, r.StatusCode)
 		<-got
@@ -571,7 +563,7 @@ func TestProxyRetries(t *testing.T) {
 	})
 	t.Run("negative MaxRetries: one attempt, no second pick", func(t *testing.T) {
 		good, got := backend(t, jsonHandler(200, ok, nil))
-		e := newEnv(t, Config{MaxRetries: -1}, deadAddr(t), good)
+		e := newEnv(t, Config{MaxRetries: -1}, nettest.RefusedAddr(t), good)
 		r := e.post(t, "/v1/chat/completions", body, nil)
 		requireAPIError(t, r, 502, "upstream_unreachable")
 		assert.Empty(t, got, "neither the fallback nor a second pick was tried")
@@ -582,7 +574,7 @@ func TestProxyRetries(t *testing.T) {
 		e.requireIdle(t)
 	})
 	t.Run("every endpoint down before the request and unreachable: 503", func(t *testing.T) {
-		dead := []string{deadAddr(t), deadAddr(t)}
+		dead := []string{nettest.RefusedAddr(t), nettest.RefusedAddr(t)}
 		e := newEnv(t, Config{}, dead...)
 		for _, ep := range e.eps {
 			ep.MarkDown()
@@ -595,7 +587,7 @@ func TestProxyRetries(t *testing.T) {
 		e.requireIdle(t)
 	})
 	t.Run("every endpoint unreachable", func(t *testing.T) {
-		dead := []string{deadAddr(t), deadAddr(t), deadAddr(t)}
+		dead := []string{nettest.RefusedAddr(t), nettest.RefusedAddr(t), nettest.RefusedAddr(t)}
 		e := newEnv(t, Config{}, dead...)
 		r := e.post(t, "/v1/chat/completions", body, nil)
 		ae := requireAPIError(t, r, 502, "upstream_unreachable")

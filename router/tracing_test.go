@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/inferroute/inferroute/internal/nettest"
 	"github.com/inferroute/inferroute/signals"
 )
 
@@ -116,7 +117,7 @@ func TestProxyTracing(t *testing.T) {
 // error span naming the endpoint tried last and why.
 func TestProxyTracingUpstreamDown(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
-	e := newEnv(t, Config{TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))}, deadAddr(t), deadAddr(t))
+	e := newEnv(t, Config{TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))}, nettest.RefusedAddr(t), nettest.RefusedAddr(t))
 	r := e.post(t, "/v1/chat/completions", `{"model":"`+baseModel+`","messages":[{"role":"user","content":"hi"}]}`, nil)
 	require.GreaterOrEqual(t, r.StatusCode, 500)
 	s := endedSpans(t, rec, 1)[0]

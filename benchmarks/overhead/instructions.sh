@@ -51,6 +51,17 @@ cleanup() {
 }
 trap cleanup EXIT
 log() { echo "icount: $*" >&2; }
+# retry TRIES DELAY COMMAND...: runs COMMAND until it succeeds, at most
+# TRIES times, DELAY seconds apart; fails when it never does.
+retry() {
+	local tries=$1 delay=$2
+	shift 2
+	for _ in $(seq 1 "$tries"); do
+		"$@" && return 0
+		sleep "$delay"
+	done
+	return 1
+}
 
 for tool in valgrind callgrind_control callgrind_annotate curl; do
 	command -v "$tool" >/dev/null || { log "$tool not found (Debian: apt-get install valgrind curl)"; exit 1; }
@@ -90,10 +101,7 @@ B1=$((BASE_PORT + 1)) B2=$((BASE_PORT + 2)) PROXY=$((BASE_PORT + 90))
 "$WORK/backend" -listen "127.0.0.1:$B1" & PIDS+=($!)
 "$WORK/backend" -listen "127.0.0.1:$B2" & PIDS+=($!)
 for port in "$B1" "$B2"; do
-	for _ in $(seq 1 50); do
-		if curl -s -o /dev/null "http://127.0.0.1:$port/metrics"; then break; fi
-		sleep 0.1
-	done
+	retry 50 0.1 curl -s -o /dev/null "http://127.0.0.1:$port/metrics" || true
 done
 # A backend that could not listen (the port taken) has exited by now.
 for p in "${PIDS[@]}"; do
@@ -118,20 +126,14 @@ count() { # count NAME COMMAND...
 	GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.$name" "$@" 2>"$WORK/valgrind-$name.log" &
 	local pid=$!
 	PIDS+=("$pid")
-	for _ in $(seq 1 300); do
-		if curl -s -o /dev/null -H 'Content-Type: application/json' --data-binary @"$WORK/body.json" "$URL"; then break; fi
-		sleep 0.2
-	done
+	retry 300 0.2 curl -s -o /dev/null -H 'Content-Type: application/json' --data-binary @"$WORK/body.json" "$URL" || true
 	log "$name: $WARM requests to warm up, then $N counted ($CONNS connections, $BODY)"
 	"$WORK/icount" load -url "$URL" -n "$WARM" -c "$CONNS" -body "$WORK/body.json"
 	callgrind_control -z "$pid" >/dev/null
 	"$WORK/icount" load -url "$URL" -n "$N" -c "$CONNS" -body "$WORK/body.json"
 	callgrind_control -d "$pid" >/dev/null
 	# The dump is written asynchronously, when valgrind next polls.
-	for _ in $(seq 1 100); do
-		if ls "$WORK/callgrind.$name".* >/dev/null 2>&1; then break; fi
-		sleep 0.2
-	done
+	retry 100 0.2 compgen -G "$WORK/callgrind.$name.*" >/dev/null || true
 	sleep 1
 	kill -9 "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true

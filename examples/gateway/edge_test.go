@@ -123,13 +123,6 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
-// refusedAddr returns a loopback address that refuses connections until
-// the test ends, for an endpoint that is down: a socket bound to it, never
-// listening, holds the port. A port freed by closing a listener (deadAddr)
-// can be handed to the next server started, the gateway's own included,
-// which would then forward to itself.
-func refusedAddr(t *testing.T) string { return nettest.RefusedAddr(t) }
-
 // answersOK reports whether a GET of url answers 200 (the body is
 // discarded): a server-is-up probe for require.Eventually.
 func answersOK(url string) bool {
@@ -154,7 +147,7 @@ func healthz(t *testing.T, url string) (int, string) {
 // must be 503, and 200 once one is up.
 func TestHealthzNoEndpointReachable(t *testing.T) {
 	t.Run("eventually 503 with every endpoint down", func(t *testing.T) {
-		url, _ := startGateway(t, gatewayYAML(refusedAddr(t), refusedAddr(t)))
+		url, _ := startGateway(t, gatewayYAML(nettest.RefusedAddr(t), nettest.RefusedAddr(t)))
 		require.Eventually(t, func() bool { c, _ := healthz(t, url); return c == 503 },
 			5*time.Second, 10*time.Millisecond)
 		_, body := healthz(t, url)
@@ -167,7 +160,7 @@ func TestHealthzNoEndpointReachable(t *testing.T) {
 	})
 	t.Run("200 with one endpoint up", func(t *testing.T) {
 		a := newPod(t, nil)
-		url, _ := startGateway(t, gatewayYAML(refusedAddr(t), a.addr()))
+		url, _ := startGateway(t, gatewayYAML(nettest.RefusedAddr(t), a.addr()))
 		require.Eventually(t, func() bool { c, _ := healthz(t, url); return c == 200 },
 			5*time.Second, 10*time.Millisecond, "ready once the live pod answered a scrape")
 		_, body := healthz(t, url)
@@ -184,7 +177,7 @@ func TestHealthzNoEndpointReachable(t *testing.T) {
 		// scrapes /healthz would say ok although no endpoint was ever
 		// reached, and a readiness probe would admit a gateway that can
 		// only answer 502.
-		url, _ := startGateway(t, gatewayYAML(refusedAddr(t)))
+		url, _ := startGateway(t, gatewayYAML(nettest.RefusedAddr(t)))
 		code, body := healthz(t, url)
 		assert.Equal(t, 503, code, "healthz with no endpoint ever reached: %q", body)
 	})
