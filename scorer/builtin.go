@@ -50,8 +50,11 @@ func (*PrefillScorer) NormalizedScores() {}
 func (*PrefixScorer) NormalizedScores() {}
 
 // QueueScorer prefers endpoints with fewer waiting requests. Raw values are
-// the corrected queue depths (signals.Endpoint.QueueDepth); scores are
-// InverseMinMax across the candidates, so the shortest queue scores 1.
+// the corrected queue depths (signals.Endpoint.QueueDepth) in the fastest
+// candidate's terms (see fastestTerms): on a fleet of one GPU the depths
+// themselves, while a request waiting on an endpoint labelled half as fast
+// counts twice. Scores are InverseMinMax across the candidates, so the
+// shortest queue scores 1.
 type QueueScorer struct {
 	// HalfLife ages scraped values; 0 never ages them.
 	HalfLife time.Duration
@@ -59,9 +62,52 @@ type QueueScorer struct {
 
 // Score implements Scorer.
 func (s *QueueScorer) Score(_ context.Context, in *Input, out []float64) {
-	copy(out, in.columns(s.HalfLife).waiting)
+	c := in.columns(s.HalfLife)
+	if fastest, mixed := fastestSpeed(c.speed); mixed {
+		for i, w := range c.waiting[:min(len(c.waiting), len(out))] {
+			out[i] = fastestTerms(w, c.speed[i], fastest)
+		}
+	} else {
+		copy(out, c.waiting)
+	}
 	copy(in.Raw, out)
 	InverseMinMax(out)
+}
+
+// fastestSpeed returns the highest of the candidates' relative speeds
+// (signals.Endpoint.RelativeSpeed, 1 for an endpoint without a speed
+// label) and whether any candidate is slower. On a fleet of one speed
+// there is nothing to scale, and the callers skip fastestTerms.
+func fastestSpeed(speeds []float64) (fastest float64, mixed bool) {
+	if len(speeds) == 0 {
+		return 1, false
+	}
+	fastest, slowest := speeds[0], speeds[0]
+	for _, s := range speeds[1:] {
+		if s > fastest {
+			fastest = s
+		} else if s < slowest {
+			slowest = s
+		}
+	}
+	return fastest, slowest < fastest
+}
+
+// fastestTerms converts a count of waiting requests on an endpoint of
+// relative speed s into the fastest candidate's terms: scaled by fastest/s,
+// so that on an endpoint labelled a fifth as fast one waiting request
+// weighs as much as five on the fastest. A waiting request holds a slow
+// pod for longer, and counts that ignore this equalise queue lengths in
+// requests instead of in time: on routebench's mixed fleet at 90% load (2
+// H100, 3 A100, 3 L4) the L4 pods, which serve about a twentieth of an
+// H100's requests, held as many waiting requests as the H100s and the
+// whole of the p99. Without speed labels every endpoint counts at speed 1
+// and nothing is scaled.
+func fastestTerms(waiting, s, fastest float64) float64 {
+	if s < fastest {
+		return waiting * (fastest / s)
+	}
+	return waiting
 }
 
 // BurstScorer prefers endpoints that received less work in the last few
@@ -276,14 +322,19 @@ func (HealthyFilter) Filter(_ context.Context, in *Input) []*signals.Endpoint {
 }
 
 // SaturationFilter drops endpoints whose KV cache utilisation or queue depth
-// is at or over its threshold. If every endpoint is over, it keeps the least
-// saturated one (the lowest of max(kv/KVThreshold, queue/QueueThreshold)),
-// so saturation alone never empties the pool. A zero threshold disables
-// that check.
+// is at or over its threshold. Queue depths count in the fastest
+// candidate's terms (as the queue scorer's): among endpoints labelled with
+// their speed (signals.Endpoint.RelativeSpeed) a pod a fifth as fast as the
+// fastest candidate is saturated at a fifth of QueueThreshold. If every
+// endpoint is over, it keeps the least saturated one (the lowest of
+// max(kv/KVThreshold, queue/QueueThreshold), the queue so scaled), so
+// saturation alone never empties the pool. A zero threshold disables that
+// check.
 type SaturationFilter struct {
 	// KVThreshold is the utilisation in (0, 1] at which an endpoint is saturated.
 	KVThreshold float64 `yaml:"kvThreshold" json:"kvThreshold"`
-	// QueueThreshold is the queue depth at which an endpoint is saturated.
+	// QueueThreshold is the queue depth at which the fastest candidate is
+	// saturated (every candidate, on a fleet of one speed).
 	QueueThreshold float64 `yaml:"queueThreshold" json:"queueThreshold"`
 	// HalfLife ages the scraped values (set from Env by the registry).
 	HalfLife time.Duration `yaml:"-" json:"-"`
@@ -303,7 +354,13 @@ type SaturationFilter struct {
 // the uniform, prefix and Azure ones by less than the seeds' spread.
 // Much lower, it turns away long-prompt traffic that queues in requests
 // but not in time (the Mooncake trace at 90% load: p99 4.8 s at 10, 22 s
-// at 4).
+// at 4). Since then the count is taken in the fastest candidate's terms
+// (fastestTerms), which saturates labelled slow pods sooner still: with 10
+// an L4 among H100s saturates at 1.8 waiting requests, and that scenario's
+// p99 at 90% load fell by another 3× (23.6 s with seed 1; the figures are
+// in picker.DefaultConfig's comment). 16 in those terms did no better over
+// seeds 1–4 (the mixed fleet's p99 0.99 times, the uniform fleet's at 90%
+// load 1.07 times 10's).
 func DefaultSaturationFilter() SaturationFilter {
 	return SaturationFilter{KVThreshold: 0.95, QueueThreshold: 10}
 }
@@ -346,9 +403,13 @@ func (f *SaturationFilter) under(kv, waiting float64) bool {
 // saturated one.
 func (f *SaturationFilter) Filter(_ context.Context, in *Input) []*signals.Endpoint {
 	c := in.columns(f.HalfLife)
+	fastest, mixed := fastestSpeed(c.speed)
+	if !mixed {
+		fastest = 0 // one speed: fastestTerms scales nothing
+	}
 	n := 0
 	for i, ep := range in.Endpoints {
-		if f.under(c.kv[i], c.waiting[i]) {
+		if f.under(c.kv[i], fastestTerms(c.waiting[i], c.speed[i], fastest)) {
 			in.Endpoints[n] = ep
 			n++
 		}
@@ -358,7 +419,7 @@ func (f *SaturationFilter) Filter(_ context.Context, in *Input) []*signals.Endpo
 	}
 	best, bestSat := 0, math.Inf(1)
 	for i := range in.Endpoints {
-		if s := f.saturation(c.kv[i], c.waiting[i]); s < bestSat {
+		if s := f.saturation(c.kv[i], fastestTerms(c.waiting[i], c.speed[i], fastest)); s < bestSat {
 			best, bestSat = i, s
 		}
 	}

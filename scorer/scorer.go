@@ -61,7 +61,7 @@ type loadKey struct {
 // that a pass over one field of 512 candidates reads 4 KB rather than
 // every candidate's whole Load. Entry i mirrors loads[i].
 type columns struct {
-	waiting, requests, kv, prefillTokens, throughput, invThroughput, recent []float64
+	waiting, requests, kv, prefillTokens, throughput, invThroughput, recent, speed []float64
 }
 
 // set mirrors l into entry i.
@@ -77,6 +77,7 @@ func (c *columns) set(i int, l *signals.Load) {
 	c.throughput[i] = l.Throughput
 	c.invThroughput[i] = l.InvThroughput
 	c.recent[i] = l.Recent
+	c.speed[i] = l.Speed
 }
 
 // move copies entry k to entry j.
@@ -88,11 +89,12 @@ func (c *columns) move(j, k int) {
 	c.throughput[j] = c.throughput[k]
 	c.invThroughput[j] = c.invThroughput[k]
 	c.recent[j] = c.recent[k]
+	c.speed[j] = c.speed[k]
 }
 
 // grow makes every column n long.
 func (c *columns) grow(n int) {
-	for _, col := range []*[]float64{&c.waiting, &c.requests, &c.kv, &c.prefillTokens, &c.throughput, &c.invThroughput, &c.recent} {
+	for _, col := range []*[]float64{&c.waiting, &c.requests, &c.kv, &c.prefillTokens, &c.throughput, &c.invThroughput, &c.recent, &c.speed} {
 		*col = extend(*col, n)
 	}
 }
@@ -102,7 +104,7 @@ func (c *columns) prefix(n int) columns {
 	return columns{
 		waiting: c.waiting[:n], requests: c.requests[:n], kv: c.kv[:n],
 		prefillTokens: c.prefillTokens[:n], throughput: c.throughput[:n], invThroughput: c.invThroughput[:n],
-		recent: c.recent[:n],
+		recent: c.recent[:n], speed: c.speed[:n],
 	}
 }
 

@@ -293,3 +293,49 @@ func TestSubsetFilterFromRegistryDoesNotAllocate(t *testing.T) {
 	assert.Equal(t, "b:1", got[0].Address)
 	assert.Zero(t, allocs, "allocations per Filter")
 }
+
+// labelled returns an endpoint with the given labels and a fresh scrape of
+// waiting requests and KV-cache utilisation.
+func labelled(name string, labels map[string]string, waiting, kv float64) *signals.Endpoint {
+	e := signals.NewEndpoint(signals.EndpointSpec{Name: name, Address: name + ":8000", Labels: labels})
+	e.SetMetrics(&signals.Metrics{ScrapedAt: t0, Baseline: e.Counters(), Waiting: signals.Known(waiting), KVCacheUtilization: signals.Known(kv)})
+	return e
+}
+
+// TestQueuesInFastestTerms: the saturation filter and the queue scorer
+// count a request waiting on a slower pod as the time it holds that pod,
+// in the fastest candidate's requests: an L4 (0.39 of an A100) behind an
+// H100 (2.2) weighs 2.2/0.39 = 5.64 per waiting request. On a fleet of one
+// speed, labelled or not, nothing changes.
+func TestQueuesInFastestTerms(t *testing.T) {
+	gpu := func(g string) map[string]string { return map[string]string{signals.LabelGPU: g} }
+	ctx := context.Background()
+	f := scorer.DefaultSaturationFilter() // queue threshold 10
+	filter := func(eps ...*signals.Endpoint) []string {
+		return names(f.Filter(ctx, input(&signals.Request{}, eps...)))
+	}
+
+	// 3 waiting on the L4 is 16.9 in H100 terms: saturated, though under 10.
+	assert.Equal(t, []string{"h100"}, filter(labelled("h100", gpu("h100"), 5, 0.5), labelled("l4", gpu("l4"), 3, 0.5)))
+	assert.Equal(t, []string{"h100", "l4"}, filter(labelled("h100", nil, 5, 0.5), labelled("l4", nil, 3, 0.5)), "without labels")
+	// Everything saturated: the least saturated is the H100 at 12/10, not
+	// the L4 at 16.9/10 (without labels the L4, at 3/10).
+	assert.Equal(t, []string{"h100"}, filter(labelled("h100", gpu("h100"), 12, 0.5), labelled("l4", gpu("l4"), 3, 0.5)))
+	assert.Equal(t, []string{"l4"}, filter(labelled("h100", nil, 12, 0.5), labelled("l4", nil, 3, 0.5)), "without labels")
+	// One speed: the threshold is the configured one.
+	assert.Equal(t, []string{"a"}, filter(labelled("a", gpu("l4"), 9, 0.5), labelled("b", gpu("l4"), 10, 0.5)))
+	// An explicit speed label counts as well: half as fast, twice the weight.
+	assert.Equal(t, []string{"fast"}, filter(labelled("fast", nil, 9, 0.5), labelled("half", map[string]string{signals.LabelRelativeSpeed: "0.5"}, 5, 0.5)))
+
+	q := &scorer.QueueScorer{}
+	in := input(&signals.Request{}, labelled("h100", gpu("h100"), 4, 0.5), labelled("l4", gpu("l4"), 1, 0.5))
+	out := make([]float64, 2)
+	q.Score(ctx, in, out)
+	assert.InDeltaSlice(t, []float64{4, 2.2 / 0.39}, in.Raw, 1e-9, "raw: waiting in H100 terms")
+	assert.Equal(t, []float64{1, 0}, out)
+
+	in = input(&signals.Request{}, labelled("a", gpu("l4"), 4, 0.5), labelled("b", gpu("l4"), 1, 0.5))
+	q.Score(ctx, in, out)
+	assert.Equal(t, []float64{4, 1}, in.Raw, "one speed: the depths themselves")
+	assert.Equal(t, []float64{0, 1}, out)
+}

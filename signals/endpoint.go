@@ -59,7 +59,8 @@ type Endpoint struct {
 	health         atomic.Uint64 // downs<<1 | 1 while healthy; see HealthMark
 	scrapeFailures atomic.Int32
 	protocolErrors atomic.Int32 // answers that served nothing in a row, up to ProtocolErrorThreshold; see ReportProtocolError, ReportServerError
-	_              [16]byte
+	speed          float64      // from the labels, set by NewEndpoint and read-only after; 0 = no label (RelativeSpeed)
+	_              [8]byte
 
 	// inFlight and inFlightTokens equal dispatched − completed and
 	// dispatchedTokens − completedTokens: Dispatch and Complete change
@@ -181,12 +182,13 @@ type noCopy struct{}
 func (*noCopy) Lock()   {}
 func (*noCopy) Unlock() {}
 
-// NewEndpoint returns a healthy endpoint with no metrics yet.
+// NewEndpoint returns a healthy endpoint with no metrics yet. It reads the
+// speed labels once (RelativeSpeed); spec must not change afterwards.
 func NewEndpoint(spec EndpointSpec) *Endpoint {
 	if spec.Name == "" {
 		spec.Name = spec.Address
 	}
-	ep := &Endpoint{EndpointSpec: spec}
+	ep := &Endpoint{EndpointSpec: spec, speed: labelSpeed(spec.Labels)}
 	ep.health.Store(1)
 	return ep
 }

@@ -46,6 +46,9 @@ type Load struct {
 	InvThroughput float64
 	// Recent is RecentDispatches at the instant read.
 	Recent float64
+	// Speed is RelativeSpeed: the speed the endpoint's labels give, 1
+	// without one.
+	Speed float64
 }
 
 // PrefillRate is Endpoint.PrefillRate: Throughput when measured, else
@@ -157,5 +160,6 @@ func ReadLoadsAt(dst []Load, eps []*Endpoint, at *Instant) {
 		dst.Throughput = math.Float64frombits(ep.throughput.Load())
 		dst.InvThroughput = math.Float64frombits(ep.invThroughput.Load())
 		dst.Recent = decayBurst(ep.burst.Load(), at.ms)
+		dst.Speed, _ = ep.RelativeSpeed()
 	}
 }

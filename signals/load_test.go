@@ -49,7 +49,7 @@ func TestLoadAtMatchesMethods(t *testing.T) {
 			KVCacheUtilization: signals.Known(0.1), BlockSize: 16, NumBlocks: 100}, halfLife: hl},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ep := signals.NewEndpoint(signals.EndpointSpec{Name: "a"})
+			ep := signals.NewEndpoint(signals.EndpointSpec{Name: "a", Labels: map[string]string{signals.LabelGPU: "l4"}})
 			ep.SetThroughput(tt.tp)
 			if tt.name == "more completed than dispatched since" {
 				ep.Dispatch(40)
@@ -100,6 +100,7 @@ func TestLoadAtMatchesMethods(t *testing.T) {
 				assert.Zero(t, l.InvThroughput, "InvThroughput unmeasured")
 			}
 			assert.Equal(t, ep.RecentDispatches(now), l.Recent, "Recent")
+			assert.Equal(t, 0.39, l.Speed, "Speed: the l4 label's")
 			if len(tt.dispatch) > 0 && tt.age <= 2*time.Second {
 				assert.Positive(t, l.Recent, "dispatches were noted")
 			}

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inferroute/inferroute/benchmarks/engine"
-	"github.com/inferroute/inferroute/signals/latency"
+	"github.com/inferroute/inferroute/signals"
 )
 
 // testSpeed runs the engine 50× faster than the modelled GPU so tests are
@@ -413,7 +413,7 @@ func TestFleet(t *testing.T) {
 	assert.Equal(t, "l4-llama3-8b-1", specs[1].Name)
 	assert.Equal(t, "vllm", specs[1].Engine)
 	assert.Equal(t, []string{"a"}, specs[1].Adapters)
-	assert.Equal(t, "l4-llama3-8b", specs[1].Labels[latency.LabelGPU])
+	assert.Equal(t, "l4-llama3-8b", specs[1].Labels[signals.LabelGPU])
 	assert.NotEqual(t, specs[0].Address, specs[1].Address)
 	eps := f.Endpoints()
 	require.Len(t, eps, 2)

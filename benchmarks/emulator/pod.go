@@ -13,7 +13,6 @@ import (
 
 	"github.com/inferroute/inferroute/benchmarks/engine"
 	"github.com/inferroute/inferroute/signals"
-	"github.com/inferroute/inferroute/signals/latency"
 	"github.com/inferroute/inferroute/signals/prefix"
 )
 
@@ -281,7 +280,7 @@ func (p *Pod) Model() string { return p.model }
 
 // Spec returns the endpoint description of the pod for the library: its
 // name, address, engine "vllm", model, adapters and the latency
-// predictor's GPU label (latency.LabelGPU) holding the profile name, as the
+// predictor's GPU label (signals.LabelGPU) holding the profile name, as the
 // simulator labels its pods. The Adapters slice is fresh.
 func (p *Pod) Spec() signals.EndpointSpec {
 	return signals.EndpointSpec{
@@ -290,7 +289,7 @@ func (p *Pod) Spec() signals.EndpointSpec {
 		Engine:   "vllm",
 		Model:    p.model,
 		Adapters: append([]string(nil), p.opts.Adapters...),
-		Labels:   map[string]string{latency.LabelGPU: p.opts.Profile},
+		Labels:   map[string]string{signals.LabelGPU: p.opts.Profile},
 	}
 }
 

@@ -16,9 +16,10 @@ import (
 )
 
 // GPULabel is the endpoint label that carries a pod's GPU type (the
-// hardware profile name), for scorers and predictors that use a prior per
-// GPU.
-const GPULabel = "inferroute.io/gpu"
+// hardware profile name, which signals.GPURelativeSpeed knows by its
+// prefix), for the filters, scorers and predictors that scale by a pod's
+// speed.
+const GPULabel = signals.LabelGPU
 
 // DefaultModel is the model name every simulated pod serves and every
 // simulated request asks for.

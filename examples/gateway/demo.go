@@ -13,7 +13,7 @@ import (
 
 	"github.com/inferroute/inferroute/benchmarks/emulator"
 	"github.com/inferroute/inferroute/picker"
-	"github.com/inferroute/inferroute/signals/latency"
+	"github.com/inferroute/inferroute/signals"
 )
 
 // demoMode is the --demo flag: start emulated pods in-process and route to
@@ -111,7 +111,7 @@ func demoConfig(f *emulator.Fleet, listen string) Config {
 		s := p.Spec()
 		pool.Endpoints = append(pool.Endpoints, EndpointConfig{
 			Name: s.Name, Address: s.Address, Engine: s.Engine, Model: s.Model, Adapters: s.Adapters,
-			Labels: map[string]string{latency.LabelGPU: p.Profile()},
+			Labels: map[string]string{signals.LabelGPU: p.Profile()},
 		})
 	}
 	cfg := Config{

@@ -132,7 +132,7 @@ func gatewayYAML(addrs ...string) string {
 	var eps strings.Builder
 	for i, a := range addrs {
 		eps.WriteString("      - name: pod-" + string(rune('a'+i)) + "\n        address: " + a +
-			"\n        engine: vllm\n        labels: {gpu: h100}\n")
+			"\n        engine: vllm\n        labels: {inferroute.io/gpu: h100}\n")
 	}
 	return `
 listen: 127.0.0.1:0

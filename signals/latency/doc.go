@@ -89,8 +89,9 @@
 // running average of the speed-normalised coefficients learned on the other
 // endpoints, or, before any, a prior of Config.PriorThroughput tokens per
 // second. Either is scaled by the endpoint's relative speed from its labels
-// (LabelRelativeSpeed, or LabelGPU with the speeds of GPURelativeSpeed), so a
-// new H100 is expected to be 2.2 times faster than a new A100 from its first
+// (signals.Endpoint.RelativeSpeed: signals.LabelRelativeSpeed, or
+// signals.LabelGPU with the speeds of signals.GPURelativeSpeed), so a new
+// H100 is expected to be 2.2 times faster than a new A100 from its first
 // request. Confidence(ep) in [0, 1] grows with the effective number of
 // observations (full at Config.FullConfidenceSamples), fades with the time
 // since the last one (so an endpoint that stopped receiving traffic is

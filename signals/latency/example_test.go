@@ -17,7 +17,7 @@ func ExamplePredictor() {
 	clk := &stepClock{t: time.Unix(1_700_000_000, 0)}
 	p := latency.New(latency.Config{Clock: clk})
 	ep := signals.NewEndpoint(signals.EndpointSpec{Name: "pod-a", Address: "10.0.0.7:8000",
-		Labels: map[string]string{latency.LabelGPU: "h100"}})
+		Labels: map[string]string{signals.LabelGPU: "h100"}})
 	req := &signals.Request{PromptTokens: 2000}
 
 	// Prior: 50 ms + 2 kilotokens × 0.25 s / 2.2 (an H100 is 2.2× an A100).

@@ -81,9 +81,9 @@ type Config struct {
 	// last one, so an endpoint that stopped receiving traffic is explored
 	// again. 0 means 5 minutes; negative means it never fades.
 	ConfidenceHalfLife time.Duration
-	// PriorConfidence is the confidence of an endpoint that has a speed label
-	// (LabelRelativeSpeed, LabelGPU) and no observations yet. 0 means 0.2;
-	// negative means 0.
+	// PriorConfidence is the confidence of an endpoint that has a speed
+	// label (signals.LabelRelativeSpeed, signals.LabelGPU) and no
+	// observations yet. 0 means 0.2; negative means 0.
 	PriorConfidence float64
 	// PriorThroughput is the prefill throughput, in tokens per second, that
 	// the prior assumes at relative speed 1 until some endpoint of the pool
@@ -276,7 +276,7 @@ func (p *Predictor) state(ep *signals.Endpoint) *epState {
 		return st
 	}
 	st := &epState{}
-	st.speed, st.labelled = RelativeSpeed(ep)
+	st.speed, st.labelled = ep.RelativeSpeed()
 	st.lastActive.Store(p.cfg.Clock.Now().UnixNano())
 	m := make(map[*signals.Endpoint]*epState, len(old)+1)
 	for k, v := range old {

@@ -196,7 +196,7 @@ func TestPredictorPathologicalInputs(t *testing.T) {
 		t.Run(fmt.Sprintf("metrics=%d", mi), func(t *testing.T) {
 			clk := newFakeClock()
 			p := New(Config{Clock: clk})
-			ep := signals.NewEndpoint(signals.EndpointSpec{Name: "x", Labels: map[string]string{LabelRelativeSpeed: "NaN"}})
+			ep := signals.NewEndpoint(signals.EndpointSpec{Name: "x", Labels: map[string]string{signals.LabelRelativeSpeed: "NaN"}})
 			for round := 0; round < 3; round++ {
 				for ri, req := range reqs {
 					for ci, c := range cached {
@@ -258,7 +258,7 @@ func TestPredictorConfidence(t *testing.T) {
 	clk := newFakeClock()
 	p := New(Config{Clock: clk, ConfidenceHalfLife: time.Minute})
 	ep := signals.NewEndpoint(signals.EndpointSpec{Name: "a"})
-	labelled := signals.NewEndpoint(signals.EndpointSpec{Name: "b", Labels: map[string]string{LabelGPU: "H100-80GB"}})
+	labelled := signals.NewEndpoint(signals.EndpointSpec{Name: "b", Labels: map[string]string{signals.LabelGPU: "H100-80GB"}})
 	assert.Zero(t, p.Confidence(ep))
 	assert.InDelta(t, 0.2, p.Confidence(labelled), 1e-12)
 
@@ -303,7 +303,7 @@ func TestPredictorColdStart(t *testing.T) {
 	clk := newFakeClock()
 	p := New(Config{Clock: clk, PriorThroughput: 4000})
 	mk := func(name, gpu string) *signals.Endpoint {
-		return signals.NewEndpoint(signals.EndpointSpec{Name: name, Labels: map[string]string{LabelGPU: gpu}})
+		return signals.NewEndpoint(signals.EndpointSpec{Name: name, Labels: map[string]string{signals.LabelGPU: gpu}})
 	}
 	h100, a100, l4 := mk("h", "h100"), mk("a", "a100"), mk("l", "L4")
 	req := &signals.Request{PromptTokens: 4000}

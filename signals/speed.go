@@ -1,14 +1,14 @@
-package latency
+package signals
 
 import (
 	"math"
 	"strconv"
 	"strings"
-
-	"github.com/inferroute/inferroute/signals"
 )
 
-// Endpoint labels the predictor reads for its cold-start prior.
+// Endpoint labels that give an endpoint's speed (Endpoint.RelativeSpeed):
+// the latency predictor's cold-start prior and the saturation filter's and
+// queue scorer's scaling read them.
 const (
 	// LabelRelativeSpeed is a positive float: the endpoint's prefill speed
 	// relative to an NVIDIA A100 serving the same model (2 = twice as fast).
@@ -59,24 +59,31 @@ var gpuSpeeds = [...]struct {
 	{"h100", 2.2}, {"h200", 2.2}, {"a100", 1}, {"l40s", 1.16}, {"l40", 0.58}, {"a10", 0.40}, {"l4", 0.39},
 }
 
+// labelSpeed returns the speed the labels give (LabelRelativeSpeed, else
+// LabelGPU), clamped to [0.01, 100], or 0 when no label gives one.
+func labelSpeed(labels map[string]string) float64 {
+	if s, ok := labels[LabelRelativeSpeed]; ok {
+		v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err == nil && v > 0 && !math.IsInf(v, 0) {
+			return min(max(v, 0.01), 100)
+		}
+	}
+	if g, ok := labels[LabelGPU]; ok {
+		if v, ok := GPURelativeSpeed(g); ok {
+			return v
+		}
+	}
+	return 0
+}
+
 // RelativeSpeed returns the endpoint's prefill speed relative to an A100
 // from its labels (LabelRelativeSpeed, else LabelGPU) and whether a label
 // gave it; without one it returns 1, false. Speeds are clamped to
-// [0.01, 100]. It is safe for concurrent use (labels are read-only).
-func RelativeSpeed(ep *signals.Endpoint) (float64, bool) {
-	if ep == nil {
+// [0.01, 100]. NewEndpoint reads the labels once (they are read-only), so
+// this is a field read, cheap enough for every pick.
+func (ep *Endpoint) RelativeSpeed() (float64, bool) {
+	if ep.speed == 0 {
 		return 1, false
 	}
-	if s, ok := ep.Labels[LabelRelativeSpeed]; ok {
-		v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-		if err == nil && v > 0 && !math.IsInf(v, 0) {
-			return min(max(v, 0.01), 100), true
-		}
-	}
-	if g, ok := ep.Labels[LabelGPU]; ok {
-		if v, ok := GPURelativeSpeed(g); ok {
-			return v, true
-		}
-	}
-	return 1, false
+	return ep.speed, true
 }
