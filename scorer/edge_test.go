@@ -112,7 +112,8 @@ func TestPrefixYieldWithStaleOverflowingScrape(t *testing.T) {
 
 	score := func(eps ...*signals.Endpoint) []float64 {
 		in := edgeInput(&signals.Request{PromptBlocks: []uint64{1}}, eps...)
-		in.Cached[0] = 1 // hot holds the whole prompt
+		in.Cached[0] = 1   // hot holds the whole prompt
+		in.Cached[1] = 0.5 // idle half of it: a hit there when hot yields
 		out := make([]float64, len(eps))
 		s.Score(context.Background(), in, out)
 		return out

@@ -64,9 +64,11 @@ func TestPrefixScorerScores(t *testing.T) {
 			[]int{1, 1, 1, 1}, []float64{0, 0, 0, 0}, []float64{1, 1, 1, 1}},
 		{"a match below minMatch is a miss", def,
 			[]int{0, 0, 0}, []float64{0.04, 0, 0}, []float64{1, 1, 1}},
-		{"the only holder yields: the rest are a miss", def,
+		{"the only holder yields: a miss, which prefers nobody", def,
 			// pod 0 is over (9 > 4 and 9 > 0).
-			[]int{9, 0, 2}, []float64{0.9, 0, 0}, []float64{0, 1, 1}},
+			[]int{9, 0, 2}, []float64{0.9, 0, 0}, []float64{1, 1, 1}},
+		{"a miss does not turn the loaded away: the load scorers do", def,
+			[]int{40, 0, 3}, []float64{0, 0, 0}, []float64{1, 1, 1}},
 		{"zero margins yield to any load difference",
 			scorer.PrefixParams{MinMatch: 0.05, PartialCredit: 1},
 			[]int{1, 0, 0}, []float64{0.9, 0.45, 0}, []float64{0, 1, 0}},
@@ -104,8 +106,9 @@ func TestPrefixScorerNoMatcher(t *testing.T) {
 }
 
 func TestPrefixScorerLoadFromScrape(t *testing.T) {
-	// Pod 0 holds the prompt; pods 1 and 2 carry 5 requests each. Pod 0
-	// yields when its load exceeds 5 + 3: its load is read from the scrape,
+	// Pod 0 holds the prompt, pod 1 a third of it; pods 1 and 2 carry 5
+	// requests each. Pod 0 yields when its load exceeds 5 + 3 (pod 1's
+	// shorter match is then the best): its load is read from the scrape,
 	// corrected by the dispatches since and faded toward the local count.
 	p := scorer.PrefixParams{MinMatch: 0.05, Tolerance: 0.02, PartialCredit: 0.25, YieldAbsolute: 3}
 	s, err := scorer.NewPrefixScorer(p, scorer.Env{HalfLife: time.Second})
@@ -128,13 +131,13 @@ func TestPrefixScorerLoadFromScrape(t *testing.T) {
 		// half-life 0.5×10 + 0.5×3 in flight = 6.5 ≤ 8, it keeps the prompt.
 		want []float64
 	}{
-		{"fresh scrape", pxT0, []float64{0, 1, 1}},
-		{"one half-life old", pxT0.Add(time.Second), []float64{1, 0, 0}},
+		{"fresh scrape", pxT0, []float64{0, 1, 0}},
+		{"one half-life old", pxT0.Add(time.Second), []float64{1, 0.25 * 0.3 / 0.9, 0}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			out := make([]float64, 3)
-			s.Score(context.Background(), &scorer.Input{Endpoints: eps, Now: tc.now, Cached: []float64{0.9, 0, 0}}, out)
+			s.Score(context.Background(), &scorer.Input{Endpoints: eps, Now: tc.now, Cached: []float64{0.9, 0.3, 0}}, out)
 			assert.InDeltaSlice(t, tc.want, out, 1e-12)
 		})
 	}
