@@ -77,7 +77,8 @@ func (s *QueueScorer) Score(_ context.Context, in *Input, out []float64) {
 // fastestSpeed returns the highest of the candidates' relative speeds
 // (signals.Endpoint.RelativeSpeed, 1 for an endpoint without a speed
 // label) and whether any candidate is slower. On a fleet of one speed
-// there is nothing to scale, and the callers skip fastestTerms.
+// there is nothing to scale: the callers then copy the counts, or pass a
+// fastest of 0, which fastestTerms scales nothing by.
 func fastestSpeed(speeds []float64) (fastest float64, mixed bool) {
 	if len(speeds) == 0 {
 		return 1, false
@@ -357,8 +358,8 @@ type SaturationFilter struct {
 // at 4). Since then the count is taken in the fastest candidate's terms
 // (fastestTerms), which saturates labelled slow pods sooner still: with 10
 // an L4 among H100s saturates at 1.8 waiting requests, and that scenario's
-// p99 at 90% load fell by another 3× (23.6 s with seed 1; the figures are
-// in picker.DefaultConfig's comment). 16 in those terms did no better over
+// p99 at 90% load fell by another 3× (63.4 s to 23.6 s with seed 1; the
+// figures are in picker.DefaultConfig's comment). 16 in those terms did no better over
 // seeds 1–4 (the mixed fleet's p99 0.99 times, the uniform fleet's at 90%
 // load 1.07 times 10's).
 func DefaultSaturationFilter() SaturationFilter {
