@@ -110,12 +110,18 @@ func StartGateway(ctx context.Context, fleet *emulator.Fleet, cfg GatewayConfig)
 	}
 	model := fleet.Pods[0].Model()
 	var pcfg picker.Config
-	obs := &completions{}
+	starts := &pickStarts{at: map[*signals.Request]time.Time{}}
+	obs := &completions{starts: starts}
 	opts := []picker.Option{picker.WithSeed(cfg.Seed), picker.WithLogger(log), picker.WithObservers(obs)}
 	switch cfg.Policy {
 	case Inferroute:
 		pcfg = picker.DefaultConfig()
-		opts = append(opts, picker.WithRegistry(scorer.NewRegistry()))
+		reg := scorer.NewRegistry()
+		if err := starts.register(reg); err != nil {
+			return nil, err
+		}
+		pcfg.Filters = append([]picker.Plugin{{Name: pickStartFilter}}, pcfg.Filters...)
+		opts = append(opts, picker.WithRegistry(reg))
 		ix, err := prefix.NewIndex(prefix.IndexConfig{})
 		if err != nil {
 			return nil, err
@@ -140,8 +146,11 @@ func StartGateway(ctx context.Context, fleet *emulator.Fleet, cfg GatewayConfig)
 		if err := reg.RegisterScorer(RoundRobin, func(scorer.Params, scorer.Env) (scorer.Scorer, error) { return rr, nil }); err != nil {
 			return nil, err
 		}
+		if err := starts.register(reg); err != nil {
+			return nil, err
+		}
 		pcfg = picker.Config{
-			Filters: []picker.Plugin{{Name: scorer.FilterHealthy}},
+			Filters: []picker.Plugin{{Name: pickStartFilter}, {Name: scorer.FilterHealthy}},
 			Scorers: []picker.Plugin{{Name: RoundRobin, Weight: 1}},
 		}
 		opts = append(opts, picker.WithRegistry(reg))
@@ -224,30 +233,82 @@ func (g *Gateway) Completions() []Completion {
 	return append([]Completion(nil), g.obs.log...)
 }
 
-// Completion is one pick (Dispatch) or one outcome reported through the
-// picker's Done.
+// Completion is one pick (Dispatch), one retry on a fallback (Retry) or
+// one outcome reported through the picker's Done.
 type Completion struct {
+	// At is when the pick began, before any filter read the endpoints'
+	// health (a Dispatch); otherwise when the retry was accounted or the
+	// outcome reported.
 	At      time.Time
 	Address string
-	// Dispatch marks a pick: the picker chose the endpoint (retries on
-	// fallbacks are not picks).
+	// Dispatch marks a pick: the picker chose the endpoint among the
+	// candidates its filters kept.
 	Dispatch bool
+	// Retry marks a retry on a fallback ranked with an earlier pick
+	// (picker.Assign): the proxy checked that fallback's health when it
+	// sent the retry, but no filter ran.
+	Retry bool
 	// OK and ConnectError describe an outcome: no error (the endpoint is
-	// reported healthy), or a failure to reach it.
+	// reported healthy), or a failure to reach it (the endpoint was marked
+	// down just before At).
 	OK           bool
 	ConnectError bool
 }
 
-// completions is a signals.Observer recording every Done.
+// pickStartFilter names the pickStarts filter in the gateway's registry.
+const pickStartFilter = "e2e-pick-start"
+
+// pickStarts is the first filter of the gateway's chain: it keeps every
+// candidate and notes when each pick began, before the health filter read
+// any endpoint's health. Paired with the pick's Dispatched, the note orders
+// a pick of a dead pod against the moment the pod was marked down: a pick
+// that began after it cannot have seen the pod healthy. Timestamps taken
+// when the choice is reported could not, on a loaded machine, where a
+// goroutine may wait many milliseconds between filtering and reporting.
+type pickStarts struct {
+	mu sync.Mutex
+	at map[*signals.Request]time.Time
+}
+
+var _ scorer.Filter = (*pickStarts)(nil)
+
+func (s *pickStarts) register(reg *scorer.Registry) error {
+	return reg.RegisterFilter(pickStartFilter, func(scorer.Params, scorer.Env) (scorer.Filter, error) { return s, nil })
+}
+
+func (s *pickStarts) Filter(_ context.Context, in *scorer.Input) []*signals.Endpoint {
+	now := time.Now()
+	s.mu.Lock()
+	s.at[in.Request] = now
+	s.mu.Unlock()
+	return in.Endpoints
+}
+
+// take returns and forgets the start of req's pick; ok is false when no
+// filter ran since the last take: the dispatch is a retry.
+func (s *pickStarts) take(req *signals.Request) (at time.Time, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok = s.at[req]
+	delete(s.at, req)
+	return at, ok
+}
+
+// completions is a signals.Observer recording every dispatch and Done.
 type completions struct {
-	mu  sync.Mutex
-	log []Completion
+	starts *pickStarts
+	mu     sync.Mutex
+	log    []Completion
 }
 
 var _ signals.Observer = (*completions)(nil)
 
-func (c *completions) Dispatched(_ *signals.Request, ep *signals.Endpoint) {
-	cp := Completion{At: time.Now(), Address: ep.Address, Dispatch: true}
+func (c *completions) Dispatched(req *signals.Request, ep *signals.Endpoint) {
+	cp := Completion{Address: ep.Address, Dispatch: true}
+	var ok bool
+	if cp.At, ok = c.starts.take(req); !ok {
+		cp = Completion{At: time.Now(), Address: ep.Address, Retry: true}
+	}
 	c.mu.Lock()
 	c.log = append(c.log, cp)
 	c.mu.Unlock()

@@ -73,7 +73,7 @@ func WriteChaos(w io.Writer, r *ChaosResult) error {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "pod\tkilled at\tdown for\tattempts while dead\tfirst connect error after kill\ttraffic after first connect error\tpicks after it\tlast pick after it\tlate successes\tscrape interval")
+	fmt.Fprintln(tw, "pod\tkilled at\tdown for\tattempts while dead\tfirst connect error after kill\tmarked down after it\ttraffic after first connect error\tpicks begun after mark-down\tlast one after it\tretries after it\tlate successes\tscrape interval")
 	var start time.Time
 	for _, o := range l.Outcomes {
 		if !o.Sent.IsZero() && (start.IsZero() || o.Sent.Before(start)) {
@@ -81,13 +81,16 @@ func WriteChaos(w io.Writer, r *ChaosResult) error {
 		}
 	}
 	for _, k := range r.Kills {
-		firstErr := "none"
+		firstErr, marked := "none", "never"
 		if !k.FirstConnectError.IsZero() {
 			firstErr = k.FirstConnectError.Sub(k.At).Round(time.Microsecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\t%d\t%s\n", k.Pod, k.At.Sub(start).Round(time.Millisecond),
-			k.RestartAt.Sub(k.At).Round(time.Millisecond), k.Attempts, firstErr, k.OutOfRotation().Round(time.Microsecond),
-			k.Picks, k.PickOutOfRotation().Round(time.Microsecond), k.LateSuccesses, r.ScrapeInterval)
+		if !k.MarkedDown.IsZero() && !k.FirstConnectError.IsZero() {
+			marked = k.MarkedDown.Sub(k.FirstConnectError).Round(time.Microsecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", k.Pod, k.At.Sub(start).Round(time.Millisecond),
+			k.RestartAt.Sub(k.At).Round(time.Millisecond), k.Attempts, firstErr, marked, k.OutOfRotation().Round(time.Microsecond),
+			k.Picks, k.PickOutOfRotation().Round(time.Microsecond), k.Retries, k.LateSuccesses, r.ScrapeInterval)
 	}
 	return tw.Flush()
 }

@@ -257,30 +257,45 @@ type ChaosConfig struct {
 
 // Kill is one kill and restart of a pod during a chaos run.
 type Kill struct {
-	Pod       string
-	Address   string
-	At        time.Time
+	Pod     string
+	Address string
+	// At is when the kill began: connections fail from a moment after.
+	At time.Time
+	// RestartAt is when the restart began: the end of the pod's downtime
+	// for every count below.
 	RestartAt time.Time
 	// FirstConnectError is when the gateway saw its first connect error
 	// from the dead pod (the end of the first failed attempt, which may
 	// have been sent before the kill); zero if it saw none.
 	FirstConnectError time.Time
+	// MarkedDown is when the outcome of the first failed attempt was
+	// reported through the picker's Done, which marks the endpoint down
+	// before it reports it: from then on the picker's health filter drops
+	// the pod. It follows FirstConnectError by the time the proxy's
+	// goroutine took to get from the transport to Done, microseconds of
+	// work that a loaded machine can stretch to tens of milliseconds.
+	// Zero if no connect error was reported.
+	MarkedDown time.Time
 	// LastAttempt is when the gateway last sent an attempt to the dead pod
 	// (sent after the kill, before the restart); zero if none.
 	LastAttempt time.Time
 	// Attempts is the number of attempts sent to the dead pod while it was
 	// down.
 	Attempts int
-	// Picks counts the picker's choices of the dead pod after its first
-	// connect error (the other attempts are retries on fallbacks chosen
-	// before it), and LastPick is the last of them.
+	// Picks counts the picks that chose the dead pod and began after
+	// MarkedDown (before the health filter ran), and LastPick is when the
+	// last of them began. Picks that began earlier saw the pod healthy.
 	Picks    int
 	LastPick time.Time
+	// Retries counts the retries sent to the dead pod after MarkedDown on
+	// fallbacks ranked by earlier picks: the proxy skips fallbacks marked
+	// down, but one it checked just before the mark is still sent.
+	Retries int
 	// LateSuccesses counts successful outcomes reported for the pod
-	// through the picker's Done after its first connect error and before
-	// its restart: requests that finished before the kill but reported
-	// after. They were picked before the failure, so they do not mark the
-	// dead endpoint healthy again (signals.Endpoint.HealthMark).
+	// through the picker's Done after MarkedDown and before its restart:
+	// requests that finished before the kill but reported after. They
+	// were picked before the failure, so they do not mark the dead
+	// endpoint healthy again (signals.Endpoint.HealthMark).
 	LateSuccesses int
 }
 
@@ -294,15 +309,16 @@ func (k Kill) OutOfRotation() time.Duration {
 	return max(k.LastAttempt.Sub(k.FirstConnectError), 0)
 }
 
-// PickOutOfRotation is the time from the first connect error to the
-// picker's last choice of the dead pod: how long the pod stayed in the
-// picker's rotation. Zero when it was not chosen after. Retries on
-// fallbacks chosen before the error are not choices (see OutOfRotation).
+// PickOutOfRotation is the time from the mark-down to the start of the
+// last pick that chose the dead pod: how long the pod stayed in the
+// picker's rotation once the picker could know it was dead. Zero when no
+// pick that began after the mark-down chose it. Retries on fallbacks
+// ranked earlier are not picks (see Retries and OutOfRotation).
 func (k Kill) PickOutOfRotation() time.Duration {
-	if k.FirstConnectError.IsZero() || k.LastPick.IsZero() {
+	if k.MarkedDown.IsZero() || k.LastPick.IsZero() {
 		return 0
 	}
-	return max(k.LastPick.Sub(k.FirstConnectError), 0)
+	return max(k.LastPick.Sub(k.MarkedDown), 0)
 }
 
 // ChaosResult is the outcome of Chaos.
@@ -381,17 +397,17 @@ func Chaos(ctx context.Context, cfg ChaosConfig) (*ChaosResult, error) {
 				if !sleepUntil(ctx, start.Add(pl.at)) {
 					return
 				}
-				p.Kill()
 				mu.Lock()
 				kills[i] = Kill{Pod: p.Name(), Address: p.Addr(), At: time.Now()}
 				mu.Unlock()
+				p.Kill()
 				// Restart even when the run ends first, so the pod's
 				// numbers are complete; a closed pod refuses.
 				sleepUntil(ctx, time.Now().Add(pl.downed))
-				_ = p.Restart()
 				mu.Lock()
 				kills[i].RestartAt = time.Now()
 				mu.Unlock()
+				_ = p.Restart()
 			}()
 		}
 		wg.Wait()
@@ -426,17 +442,28 @@ func Chaos(ctx context.Context, cfg ChaosConfig) (*ChaosResult, error) {
 				k.LastAttempt = a.At
 			}
 		}
-		if k.FirstConnectError.IsZero() {
+		// The mark-down: the first connect error reported through Done.
+		for _, c := range run.Completions {
+			if c.Address == k.Address && c.ConnectError && !c.At.Before(k.At) && c.At.Before(end) &&
+				(k.MarkedDown.IsZero() || c.At.Before(k.MarkedDown)) {
+				k.MarkedDown = c.At
+			}
+		}
+		if k.MarkedDown.IsZero() {
 			continue
 		}
 		for _, c := range run.Completions {
-			if c.Address != k.Address || !c.At.After(k.FirstConnectError) || !c.At.Before(end) {
+			if c.Address != k.Address || !c.At.After(k.MarkedDown) || !c.At.Before(end) {
 				continue
 			}
 			switch {
 			case c.Dispatch:
 				k.Picks++
-				k.LastPick = c.At
+				if c.At.After(k.LastPick) {
+					k.LastPick = c.At
+				}
+			case c.Retry:
+				k.Retries++
 			case c.OK:
 				k.LateSuccesses++
 			}
