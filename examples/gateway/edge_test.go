@@ -134,6 +134,16 @@ func answersOK(url string) bool {
 	return r.StatusCode == http.StatusOK
 }
 
+// answers reports whether url answers with any HTTP response.
+func answers(url string) bool {
+	r, err := http.Get(url)
+	if err != nil {
+		return false
+	}
+	_ = r.Body.Close()
+	return true
+}
+
 func healthz(t *testing.T, url string) (int, string) {
 	t.Helper()
 	r, err := http.Get(url + "/healthz")
@@ -901,8 +911,11 @@ func TestREADMEPprof(t *testing.T) {
 	root := repoRoot(t)
 	var logs syncBuf
 	startCommand(t, root, &logs, "go", "run", "./examples/gateway", "-config", "examples/gateway/gateway.yaml", "-pprof", "127.0.0.1:6060")
-	require.Eventually(t, func() bool { return answersOK("http://127.0.0.1:6060/debug/pprof/") },
-		120*time.Second, 100*time.Millisecond, "pprof serves: %s", logs.String())
+	// The gateway opens the pprof listener before its own, with the
+	// configuration read in between: wait for both.
+	require.Eventually(t, func() bool {
+		return answersOK("http://127.0.0.1:6060/debug/pprof/") && answers("http://127.0.0.1:8080/healthz")
+	}, 120*time.Second, 100*time.Millisecond, "pprof and the gateway serve: %s", logs.String())
 	r, err := http.Get("http://127.0.0.1:8080/debug/pprof/")
 	require.NoError(t, err)
 	_ = r.Body.Close()
