@@ -108,7 +108,7 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // DefaultConfig returns the configuration inferroute recommends: drop
 // endpoints that cannot serve (model, health, subset hint, saturation, a
 // latency objective carried by the request), then weigh LoRA 12, KV cache
-// 10, prefill 5, queue 2.5, prefix 2, burst 0.5, trust scrapes with a 2 s
+// 10, prefill 10, queue 2.5, prefix 2, burst 0.5, trust scrapes with a 2 s
 // half-life, and pick the maximum.
 //
 // How these were chosen. The picker started from queue 2, KV 2, prefix 3,
@@ -215,10 +215,26 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 //     and Dynamo's KV router had the lower p99 on the Mooncake trace in 1
 //     of 30 instead of 5 (at 90% load, seeds 1–10: 3.2–6.1 s against its
 //     4.1–4.2 s).
-//   - Not taken: SGLang's cache-aware router stays 5–14% ahead on the
-//     Azure traces' p99. With nothing shared it sends each request to the
-//     pod it has sent the fewest prompt blocks, a balance over the whole
-//     run. A trial scorer of tokens dispatched (decayed with a 5 s
+//   - Then the prefill scorer gave candidates labelled with one speed the
+//     mean of their measured prefill rates (scorer.PrefillScorer): on
+//     identical pods the per-pod rates differ by measurement noise, and
+//     least-work-left followed it. With that its weight went from 5 to
+//     10 (at 10 without the shared rate the mixed fleet gained as much,
+//     but the uniform fleet at 90% load lost 12% of p99, seeds 1–4).
+//     Over the 150 runs of
+//     seeds 1–10 the p99 TTFT's geometric mean fell by 3.4%: the mixed
+//     fleet at 50% load 0.839 times (mean 0.880; its p99 1.49 times the
+//     oracle's, 1.84 before, geometric means over seeds), at 70% 0.934,
+//     the Mooncake trace at 90% 0.874 (mean 0.929), bursty LoRA traffic
+//     0.937–0.965, the uniform fleet and the Azure traces within 1.2%;
+//     it costs bursty LoRA traffic 5.3% and 6.5% of mean TTFT at 50% and
+//     70% load, the Mooncake trace 2.5% of p99 at 50%, and the mixed
+//     fleet at 90% 3% of mean. The p99 was at or below the best peer's
+//     in 116 runs of 150 instead of 113.
+//   - Not taken (with the prefill weight at 5): SGLang's cache-aware
+//     router stays 5–14% ahead on the Azure traces' p99. With nothing
+//     shared it sends each request to the pod it has sent the fewest
+//     prompt blocks, a balance over the whole run. A trial scorer of tokens dispatched (decayed with a 5 s
 //     half-life) at weight 10, with the saturation filter's queue check
 //     off, matched it there (1.000 over seeds 1–6) and multiplied the
 //     mixed fleet's p99 at 90% load by 25 and bursty LoRA traffic's by 70
@@ -228,8 +244,8 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 //     Mooncake trace 3–8% worse, the uniform fleet at 90% 8% worse.
 //
 // On the default suite (seed 1) this configuration's p99 TTFT is below
-// round-robin's on a homogeneous fleet at every load (−0.2%, −1.8% and
-// −82% at 50%, 70% and 90%), and 98.9–100% lower on mixed GPUs and bursty
+// round-robin's on a homogeneous fleet at every load (−0.1%, −2.5% and
+// −80.5% at 50%, 70% and 90%), and 98.9–100% lower on mixed GPUs and bursty
 // multi-tenant LoRA traffic; README.md has the table and the command.
 func DefaultConfig() Config {
 	return Config{
@@ -245,7 +261,7 @@ func DefaultConfig() Config {
 			{Name: scorer.ScorerKVCache, Weight: 10},
 			{Name: scorer.ScorerPrefix, Weight: 2},
 			{Name: scorer.ScorerLoRA, Weight: 12},
-			{Name: scorer.ScorerPrefill, Weight: 5},
+			{Name: scorer.ScorerPrefill, Weight: 10},
 			{Name: scorer.ScorerBurst, Weight: 0.5},
 		},
 		Strategy:          Strategy{Name: StrategyMaxScore},

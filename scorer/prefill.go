@@ -43,6 +43,14 @@ func (p PrefillParams) validate() error {
 // pod that is still prefilling another long one, a slow pod counts for what
 // it is, and a prefix hit shortens the request's own part.
 //
+// Candidates whose labels give them all one speed (signals.LabelGPU or
+// signals.LabelRelativeSpeed, the same for each) share one rate, the mean
+// of those measured: their measured rates then differ by measurement
+// noise, which least-work-left would otherwise follow, sending work to
+// the pods that happened to measure fast. Without such labels each
+// candidate keeps its own measured rate, the only sign of a speed
+// difference the picker has.
+//
 // The queue is exact only when the caller reports first tokens
 // (picker.Result.FirstToken, which router.Proxy calls at the first body
 // byte); otherwise requests count until Done, decode included. It counts
@@ -88,12 +96,16 @@ func (s *PrefillScorer) Score(_ context.Context, in *Input, out []float64) {
 		prompt = float64(max(in.Request.PromptTokens, 0))
 	}
 	c := in.unagedColumns()
+	shared := sharedInvRate(c.speed[:n], c.labelled[:n], c.throughput[:n])
 	for i, queued := range c.prefillTokens[:n] {
 		own := prompt
 		if i < len(in.Cached) {
 			own *= 1 - Clamp01(in.Cached[i])
 		}
 		inv := c.invThroughput[i]
+		if shared > 0 {
+			inv = shared
+		}
 		if inv <= 0 {
 			inv = 1 / signals.DefaultPrefillRate // as signals.Load.PrefillRate
 		}
@@ -104,4 +116,25 @@ func (s *PrefillScorer) Score(_ context.Context, in *Input, out []float64) {
 		out[i] = v
 	}
 	RelativeToBest(out[:n], s.floor)
+}
+
+// sharedInvRate returns the inverse of the mean of the measured
+// throughputs (those > 0) when every candidate's speed comes from a label
+// and all are equal; otherwise, or when none is measured, 0.
+func sharedInvRate(speed, labelled, throughput []float64) float64 {
+	var sum float64
+	var k int
+	for i, s := range speed {
+		if labelled[i] == 0 || s != speed[0] {
+			return 0
+		}
+		if tp := throughput[i]; tp > 0 {
+			sum += tp
+			k++
+		}
+	}
+	if k == 0 {
+		return 0
+	}
+	return float64(k) / sum
 }

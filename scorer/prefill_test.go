@@ -80,6 +80,54 @@ func TestPrefillScorer(t *testing.T) {
 	}
 }
 
+// TestPrefillSharedRate: candidates labelled with one speed share the
+// mean of their measured rates, so that the pod with less work queued wins
+// whatever its own measurement says; without labels, or with different
+// speeds, each keeps its own rate.
+func TestPrefillSharedRate(t *testing.T) {
+	newEP := func(labels map[string]string, tokensPerSecond float64, queued int) *signals.Endpoint {
+		e := signals.NewEndpoint(signals.EndpointSpec{Name: "ep", Labels: labels})
+		e.SetThroughput(tokensPerSecond)
+		e.StartPrefill(queued)
+		return e
+	}
+	h100 := map[string]string{signals.LabelGPU: "h100"}
+	a100 := map[string]string{signals.LabelGPU: "a100"}
+	for _, tt := range []struct {
+		name   string
+		labels [2]map[string]string
+		raw    []float64 // seconds
+	}{
+		// Own rates: 2000/4000 = 0.5 s against 1000/1000 = 1 s.
+		{"unlabelled", [2]map[string]string{nil, nil}, []float64{0.5, 1}},
+		// One GPU: both at the mean, 2500 tokens/s: 0.8 s against 0.4 s.
+		{"one GPU", [2]map[string]string{h100, h100}, []float64{0.8, 0.4}},
+		// Two speeds: own rates again.
+		{"two GPUs", [2]map[string]string{h100, a100}, []float64{0.5, 1}},
+		// One labelled, one not: own rates.
+		{"one labelled", [2]map[string]string{h100, nil}, []float64{0.5, 1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			eps := []*signals.Endpoint{newEP(tt.labels[0], 4000, 2000), newEP(tt.labels[1], 1000, 1000)}
+			s, err := scorer.NewPrefillScorer(scorer.DefaultPrefillParams())
+			require.NoError(t, err)
+			in := &scorer.Input{Request: &signals.Request{}, Endpoints: eps, Raw: make([]float64, 2)}
+			out := make([]float64, 2)
+			s.Score(context.Background(), in, out)
+			assert.InDeltaSlice(t, tt.raw, in.Raw, 1e-9)
+			best := min(tt.raw[0], tt.raw[1])
+			assert.InDeltaSlice(t, []float64{best / tt.raw[0], best / tt.raw[1]}, out, 1e-9)
+		})
+	}
+	// An unmeasured pod among labelled ones takes the measured mean too.
+	eps := []*signals.Endpoint{newEP(h100, 4000, 2000), newEP(h100, 0, 1000)}
+	s, err := scorer.NewPrefillScorer(scorer.DefaultPrefillParams())
+	require.NoError(t, err)
+	in := &scorer.Input{Request: &signals.Request{}, Endpoints: eps, Raw: make([]float64, 2)}
+	s.Score(context.Background(), in, make([]float64, 2))
+	assert.InDeltaSlice(t, []float64{0.5, 0.25}, in.Raw, 1e-9)
+}
+
 func TestPrefillParams(t *testing.T) {
 	for _, bad := range []float64{0, -1, math.NaN(), math.Inf(1)} {
 		_, err := scorer.NewPrefillScorer(scorer.PrefillParams{FloorMs: bad})

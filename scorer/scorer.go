@@ -59,9 +59,10 @@ type loadKey struct {
 // columns holds the fields of the memoised loads that the built-in filters
 // and scorers read, one slice per field (kv is NaN when not known), so
 // that a pass over one field of 512 candidates reads 4 KB rather than
-// every candidate's whole Load. Entry i mirrors loads[i].
+// every candidate's whole Load. Entry i mirrors loads[i]; labelled is 1
+// where a label gave the speed, else 0.
 type columns struct {
-	waiting, requests, kv, prefillTokens, throughput, invThroughput, recent, speed []float64
+	waiting, requests, kv, prefillTokens, throughput, invThroughput, recent, speed, labelled []float64
 }
 
 // set mirrors l into entry i.
@@ -78,6 +79,10 @@ func (c *columns) set(i int, l *signals.Load) {
 	c.invThroughput[i] = l.InvThroughput
 	c.recent[i] = l.Recent
 	c.speed[i] = l.Speed
+	c.labelled[i] = 0
+	if l.SpeedLabelled {
+		c.labelled[i] = 1
+	}
 }
 
 // move copies entry k to entry j.
@@ -90,11 +95,12 @@ func (c *columns) move(j, k int) {
 	c.invThroughput[j] = c.invThroughput[k]
 	c.recent[j] = c.recent[k]
 	c.speed[j] = c.speed[k]
+	c.labelled[j] = c.labelled[k]
 }
 
 // grow makes every column n long.
 func (c *columns) grow(n int) {
-	for _, col := range []*[]float64{&c.waiting, &c.requests, &c.kv, &c.prefillTokens, &c.throughput, &c.invThroughput, &c.recent, &c.speed} {
+	for _, col := range []*[]float64{&c.waiting, &c.requests, &c.kv, &c.prefillTokens, &c.throughput, &c.invThroughput, &c.recent, &c.speed, &c.labelled} {
 		*col = extend(*col, n)
 	}
 }
@@ -104,7 +110,7 @@ func (c *columns) prefix(n int) columns {
 	return columns{
 		waiting: c.waiting[:n], requests: c.requests[:n], kv: c.kv[:n],
 		prefillTokens: c.prefillTokens[:n], throughput: c.throughput[:n], invThroughput: c.invThroughput[:n],
-		recent: c.recent[:n], speed: c.speed[:n],
+		recent: c.recent[:n], speed: c.speed[:n], labelled: c.labelled[:n],
 	}
 }
 

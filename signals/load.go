@@ -47,8 +47,9 @@ type Load struct {
 	// Recent is RecentDispatches at the instant read.
 	Recent float64
 	// Speed is RelativeSpeed: the speed the endpoint's labels give, 1
-	// without one.
-	Speed float64
+	// without one; SpeedLabelled reports whether a label gave it.
+	Speed         float64
+	SpeedLabelled bool
 }
 
 // PrefillRate is Endpoint.PrefillRate: Throughput when measured, else
@@ -160,6 +161,6 @@ func ReadLoadsAt(dst []Load, eps []*Endpoint, at *Instant) {
 		dst.Throughput = math.Float64frombits(ep.throughput.Load())
 		dst.InvThroughput = math.Float64frombits(ep.invThroughput.Load())
 		dst.Recent = decayBurst(ep.burst.Load(), at.ms)
-		dst.Speed, _ = ep.RelativeSpeed()
+		dst.Speed, dst.SpeedLabelled = ep.RelativeSpeed()
 	}
 }
