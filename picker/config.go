@@ -220,7 +220,8 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 //     identical pods the per-pod rates differ by measurement noise, and
 //     least-work-left followed it. With that its weight went from 5 to
 //     10 (at 10 without the shared rate the mixed fleet gained as much,
-//     but the uniform fleet at 90% load lost 12% of p99, seeds 1–4).
+//     but the uniform fleet at 90% load lost 12% of p99, seeds 1–4: what
+//     a fleet of one GPU now pays if its pods carry no GPU label).
 //     Over the 150 runs of
 //     seeds 1–10 the p99 TTFT's geometric mean fell by 3.4%: the mixed
 //     fleet at 50% load 0.839 times (mean 0.880; its p99 1.49 times the
