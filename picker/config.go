@@ -221,28 +221,28 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 //     least-work-left followed it. With that its weight went from 5 to
 //     10 (at 10 without the shared rate the mixed fleet gained as much,
 //     but the uniform fleet at 90% load lost 12% of p99, seeds 1–4: what
-//     a fleet of one GPU now pays if its pods carry no GPU label).
-//     Over the 150 runs of
-//     seeds 1–10 the p99 TTFT's geometric mean fell by 3.4%: the mixed
-//     fleet at 50% load 0.839 times (mean 0.880; its p99 1.49 times the
-//     oracle's, 1.84 before, geometric means over seeds), at 70% 0.934,
-//     the Mooncake trace at 90% 0.874 (mean 0.929), bursty LoRA traffic
-//     0.937–0.965, the uniform fleet and the Azure traces within 1.2%;
-//     it costs bursty LoRA traffic 5.3% and 6.5% of mean TTFT at 50% and
-//     70% load, the Mooncake trace 2.5% of p99 at 50%, and the mixed
-//     fleet at 90% 3% of mean. The p99 was at or below the best peer's
-//     in 116 runs of 150 instead of 113.
+//     a fleet of one GPU now pays if its pods carry no GPU label). Over
+//     the 150 runs of seeds 1–10 the p99 TTFT's geometric mean fell by
+//     3.4%: the mixed fleet at 50% load 0.839 times (mean 0.880; its p99
+//     1.49 times the oracle's, 1.78 before, geometric means over the
+//     seeds), at 70% 0.934, the Mooncake trace at 90% 0.874 (mean
+//     0.929), bursty LoRA traffic 0.937–0.965, the uniform fleet and the
+//     Azure traces within 1.2%; it costs bursty LoRA traffic 5.3% and
+//     6.5% of mean TTFT at 50% and 70% load, the Mooncake trace 2.5% of
+//     p99 at 50%, and the mixed fleet at 90% 3% of mean. The p99 was at
+//     or below the best peer's in 116 runs of 150 instead of 113.
 //   - Not taken (with the prefill weight at 5): SGLang's cache-aware
 //     router stays 5–14% ahead on the Azure traces' p99. With nothing
 //     shared it sends each request to the pod it has sent the fewest
-//     prompt blocks, a balance over the whole run. A trial scorer of tokens dispatched (decayed with a 5 s
-//     half-life) at weight 10, with the saturation filter's queue check
-//     off, matched it there (1.000 over seeds 1–6) and multiplied the
-//     mixed fleet's p99 at 90% load by 25 and bursty LoRA traffic's by 70
-//     (seeds 1–3). With the check on, no weight tried (2, 5, 15) closed
-//     more than a quarter of the gap; at weight 2, against the defaults
-//     (seeds 1–3), the Azure p99 moved by 2.4% at most, the
-//     Mooncake trace 3–8% worse, the uniform fleet at 90% 8% worse.
+//     prompt blocks, a balance over the whole run. A trial scorer of
+//     tokens dispatched (decayed with a 5 s half-life) at weight 10, with
+//     the saturation filter's queue check off, matched it there (1.000
+//     over seeds 1–6) and multiplied the mixed fleet's p99 at 90% load by
+//     25 and bursty LoRA traffic's by 70 (seeds 1–3). With the check on,
+//     no weight tried (2, 5, 15) closed more than a quarter of the gap;
+//     at weight 2, against the defaults (seeds 1–3), the Azure p99 moved
+//     by 2.4% at most, the Mooncake trace was 3–8% worse and the uniform
+//     fleet at 90% 8% worse.
 //
 // On the default suite (seed 1) this configuration's p99 TTFT is below
 // round-robin's on a homogeneous fleet at every load (−0.1%, −2.5% and

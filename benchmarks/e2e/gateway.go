@@ -304,11 +304,11 @@ type completions struct {
 var _ signals.Observer = (*completions)(nil)
 
 func (c *completions) Dispatched(req *signals.Request, ep *signals.Endpoint) {
-	cp := Completion{Address: ep.Address, Dispatch: true}
-	var ok bool
-	if cp.At, ok = c.starts.take(req); !ok {
-		cp = Completion{At: time.Now(), Address: ep.Address, Retry: true}
+	at, picked := c.starts.take(req)
+	if !picked {
+		at = time.Now()
 	}
+	cp := Completion{At: at, Address: ep.Address, Dispatch: picked, Retry: !picked}
 	c.mu.Lock()
 	c.log = append(c.log, cp)
 	c.mu.Unlock()
