@@ -26,6 +26,19 @@ const (
 // if the class name is not followed by a digit, so "l40" is not an "l4"
 // and "a1000" (an RTX A1000) is not an "a100". Unlisted names are unknown.
 //
+// Names may also start with the vendor words "NVIDIA" and "Tesla" and a
+// separator, as Kubernetes node labels spell them: NVIDIA GPU Feature
+// Discovery's nvidia.com/gpu.product ("NVIDIA-H100-80GB-HBM3",
+// "NVIDIA-A100-SXM4-40GB"; https://github.com/NVIDIA/k8s-device-plugin,
+// docs/gpu-feature-discovery) and GKE's cloud.google.com/gke-accelerator
+// ("nvidia-l4", "nvidia-tesla-a100";
+// https://cloud.google.com/kubernetes-engine/docs/how-to/gpus). A MIG
+// slice of an A100, H100 or H200 as Feature Discovery names it under its
+// single strategy ("A100-SXM4-40GB-MIG-3g.20gb") has k of the card's
+// seven compute slices, so k/7 of its speed (NVIDIA Multi-Instance GPU
+// User Guide: "7 GPU slices" on A100 and H100); a MIG name whose slice
+// count cannot be read, or on another card, is unknown.
+//
 // Sources. H100 and H200: 2.2, the measured ratio of A100-80GB to
 // H100-80GB prompt (prefill) time for Llama-2-70B at 2k–8k prompt tokens in
 // the Splitwise simulator's measured performance model (Patel et al.,
@@ -41,13 +54,47 @@ const (
 // samples.
 func GPURelativeSpeed(name string) (float64, bool) {
 	n := strings.ToLower(strings.TrimSpace(name))
+	n = cutVendor(cutVendor(n, "nvidia"), "tesla")
 	for _, g := range gpuSpeeds {
 		rest, ok := strings.CutPrefix(n, g.class)
-		if ok && (rest == "" || rest[0] < '0' || rest[0] > '9') {
+		if !ok || (rest != "" && rest[0] >= '0' && rest[0] <= '9') {
+			continue
+		}
+		_, mig, isMIG := strings.Cut(rest, "-mig-")
+		if !isMIG {
 			return g.speed, true
 		}
+		k, ok := migSlices(mig)
+		if !ok || !g.mig {
+			return 0, false
+		}
+		return g.speed * float64(k) / 7, true
 	}
 	return 0, false
+}
+
+// cutVendor removes the vendor word and one separator ('-', '_' or ' ')
+// from the start of name, if name starts with both.
+func cutVendor(name, vendor string) string {
+	rest, ok := strings.CutPrefix(name, vendor)
+	if ok && rest != "" && (rest[0] == '-' || rest[0] == '_' || rest[0] == ' ') {
+		return rest[1:]
+	}
+	return name
+}
+
+// migSlices reads the compute slices k of a MIG profile "<k>g.<memory>"
+// (as in "3g.20gb"); k must be 1 to 7.
+func migSlices(profile string) (int, bool) {
+	digits, _, ok := strings.Cut(profile, "g")
+	if !ok {
+		return 0, false
+	}
+	k, err := strconv.Atoi(digits)
+	if err != nil || k < 1 || k > 7 {
+		return 0, false
+	}
+	return k, true
 }
 
 // gpuSpeeds lists the GPU classes GPURelativeSpeed knows, a class before
@@ -55,8 +102,10 @@ func GPURelativeSpeed(name string) (float64, bool) {
 var gpuSpeeds = [...]struct {
 	class string
 	speed float64
+	mig   bool // the card can be split into MIG slices of sevenths
 }{
-	{"h100", 2.2}, {"h200", 2.2}, {"a100", 1}, {"l40s", 1.16}, {"l40", 0.58}, {"a10", 0.40}, {"l4", 0.39},
+	{"h100", 2.2, true}, {"h200", 2.2, true}, {"a100", 1, true}, {"l40s", 1.16, false}, {"l40", 0.58, false},
+	{"a10", 0.40, false}, {"l4", 0.39, false},
 }
 
 // labelSpeed returns the speed the labels give (LabelRelativeSpeed, else

@@ -44,7 +44,8 @@ func TestRelativeSpeed(t *testing.T) {
 
 // TestGPURelativeSpeed pins the documented GPU classes and the suffix
 // rules: a class name followed by more digits is another card, not that
-// class (an L40 is not an L4).
+// class (an L40 is not an L4); the vendor words of Kubernetes node labels
+// are skipped, and a MIG slice runs at its share of the card's sevenths.
 func TestGPURelativeSpeed(t *testing.T) {
 	tests := []struct {
 		name string
@@ -58,6 +59,17 @@ func TestGPURelativeSpeed(t *testing.T) {
 		{"L4", 0.39, true}, {"L4-24GB", 0.39, true}, {"l4_24gb", 0.39, true}, {"l4-llama3-8b", 0.39, true},
 		{"a1000", 0, false}, {"h1000", 0, false}, {"l400", 0, false}, {"h20", 0, false},
 		{"a1", 0, false}, {"h1", 0, false}, {"l", 0, false}, {"", 0, false},
+		// Kubernetes node labels: GPU Feature Discovery's and GKE's names.
+		{"NVIDIA-H100-80GB-HBM3", 2.2, true}, {"NVIDIA-A100-SXM4-40GB", 1, true}, {"NVIDIA-L4", 0.39, true},
+		{"NVIDIA-A10G", 0.40, true}, {"NVIDIA-L40S", 1.16, true}, {"nvidia-h100-80gb", 2.2, true},
+		{"nvidia-tesla-a100", 1, true}, {"nvidia-a100-80gb", 1, true}, {"nvidia-l4", 0.39, true},
+		{"NVIDIA H200", 2.2, true}, {"Tesla-T4", 0, false}, {"nvidia-tesla-t4", 0, false},
+		{"NVIDIA-GeForce-RTX-4090", 0, false}, {"nvidia", 0, false}, {"nvidia-", 0, false}, {"nvidiah100", 0, false},
+		// MIG slices under Feature Discovery's single strategy: k sevenths.
+		{"A100-SXM4-40GB-MIG-1g.5gb", 1.0 / 7, true}, {"NVIDIA-A100-SXM4-80GB-MIG-3g.40gb", 3.0 / 7, true},
+		{"NVIDIA-H100-80GB-HBM3-MIG-7g.80gb", 2.2, true}, {"H100-MIG-2g.20gb", 2.2 * 2 / 7, true},
+		{"A100-MIG-8g.40gb", 0, false}, {"A100-MIG-0g.5gb", 0, false}, {"A100-MIG-xg", 0, false}, {"A100-MIG-", 0, false},
+		{"L4-MIG-1g.6gb", 0, false},
 	}
 	for _, tt := range tests {
 		got, ok := signals.GPURelativeSpeed(tt.name)
