@@ -12,11 +12,14 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	listersv1 "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -35,9 +38,37 @@ const (
 	// LabelServiceName is set on every slice by Kubernetes: the Service it
 	// belongs to (https://kubernetes.io/docs/concepts/services-networking/endpoint-slices/).
 	LabelServiceName = discoveryv1.LabelServiceName
+	// LabelGPU on a slice is copied onto each of its endpoints: it names
+	// the pods' GPU, which gives the picker their speed (see
+	// signals.Endpoint.RelativeSpeed). Set it on a Service whose pods all
+	// run on one GPU type; it takes precedence over Config.GPUNodeLabels.
+	LabelGPU = signals.LabelGPU
+	// LabelRelativeSpeed on a slice is copied onto each of its endpoints,
+	// as LabelGPU is: the pods' prefill speed relative to an A100.
+	LabelRelativeSpeed = signals.LabelRelativeSpeed
 )
 
+// Node labels that name a node's GPU, for Config.GPUNodeLabels.
+const (
+	// NodeLabelGPUProduct is set by NVIDIA GPU Feature Discovery (part of
+	// the GPU Operator), e.g. "NVIDIA-H100-80GB-HBM3"
+	// (https://github.com/NVIDIA/k8s-device-plugin, docs/gpu-feature-discovery).
+	NodeLabelGPUProduct = "nvidia.com/gpu.product"
+	// NodeLabelGKEAccelerator is set by GKE on GPU nodes, e.g. "nvidia-l4"
+	// (https://cloud.google.com/kubernetes-engine/docs/how-to/gpus).
+	NodeLabelGKEAccelerator = "cloud.google.com/gke-accelerator"
+)
+
+// DefaultGPUNodeLabels returns the node labels kubepickerd reads a pod's
+// GPU from by default: NodeLabelGPUProduct, then NodeLabelGKEAccelerator.
+func DefaultGPUNodeLabels() []string {
+	return []string{NodeLabelGPUProduct, NodeLabelGKEAccelerator}
+}
+
 // Labels Discovery sets on each signals.Endpoint, for filters and scorers.
+// It also sets signals.LabelGPU and signals.LabelRelativeSpeed from the
+// slice's LabelGPU and LabelRelativeSpeed, or else signals.LabelGPU from
+// the node (Config.GPUNodeLabels).
 const (
 	// EndpointLabelZone is the endpoint's zone, from the slice's zone field.
 	EndpointLabelZone = "topology.kubernetes.io/zone"
@@ -81,7 +112,20 @@ type Config struct {
 	// Engine is the model server kind of slices without LabelEngine; ""
 	// means vLLM.
 	Engine string
-	// Resync is the informer's resync period; 0 means none.
+	// GPUNodeLabels are node labels that name a GPU (such as
+	// DefaultGPUNodeLabels), tried in order: the value of the first one an
+	// endpoint's node carries becomes the endpoint's signals.LabelGPU,
+	// which gives the picker the pod's speed class. Without it every pod
+	// counts as equally fast until the latency predictor has learned
+	// otherwise, and a mixed fleet is routed as if it were uniform at
+	// first. signals.GPURelativeSpeed reads both default labels' values;
+	// a value it does not know leaves the speed unlabelled. A slice's
+	// own LabelGPU or LabelRelativeSpeed takes precedence. Empty means
+	// nodes are not read. Reading them watches Nodes, which needs get,
+	// list and watch on nodes, cluster-wide; the cache keeps only each
+	// node's name and these labels.
+	GPUNodeLabels []string
+	// Resync is the informers' resync period; 0 means none.
 	Resync time.Duration
 	// Logger logs changes of the endpoint set. Default: discard.
 	Logger *slog.Logger
@@ -111,10 +155,13 @@ type Discovery struct {
 
 	factory informers.SharedInformerFactory
 	lister  listersv1.EndpointSliceLister
-	synced  cache.InformerSynced
-	dirty   chan struct{}
-	first   chan struct{} // closed once the first set is published
-	once    sync.Once
+	synced  []cache.InformerSynced
+
+	nodeFactory informers.SharedInformerFactory // nil without GPUNodeLabels
+	nodes       corelisters.NodeLister
+	dirty       chan struct{}
+	first       chan struct{} // closed once the first set is published
+	once        sync.Once
 
 	syncMu  sync.Mutex        // serialises Sync, so sets are published in order
 	known   map[string]*entry // by identity (pod or address); guarded by syncMu
@@ -171,8 +218,86 @@ func New(client kubernetes.Interface, cfg Config, sinks ...Sink) (*Discovery, er
 		return nil, fmt.Errorf("kubediscovery: %w", err)
 	}
 	d.lister = inf.Lister()
-	d.synced = inf.Informer().HasSynced
+	d.synced = append(d.synced, inf.Informer().HasSynced)
+	if len(cfg.GPUNodeLabels) > 0 {
+		if err := d.watchNodes(client); err != nil {
+			return nil, fmt.Errorf("kubediscovery: %w", err)
+		}
+	}
 	return d, nil
+}
+
+// watchNodes sets up the Node informer that GPUNodeLabels needs. Nodes are
+// cluster-scoped: their factory has neither the namespace nor the slices'
+// selector. The transform keeps each node's name and the GPU labels only,
+// so a cluster of thousands of nodes costs little memory; a node's update
+// marks the set dirty only when one of those labels changed (node status
+// updates arrive often and change nothing here).
+func (d *Discovery) watchNodes(client kubernetes.Interface) error {
+	keys := d.cfg.GPUNodeLabels
+	trim := func(obj any) (any, error) {
+		n, ok := obj.(*corev1.Node)
+		if !ok {
+			return obj, nil // a tombstone: its object was trimmed when stored
+		}
+		var kept map[string]string
+		for _, k := range keys {
+			if v, ok := n.Labels[k]; ok {
+				if kept == nil {
+					kept = make(map[string]string, len(keys))
+				}
+				kept[k] = v
+			}
+		}
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: kept,
+		}}, nil
+	}
+	d.nodeFactory = informers.NewSharedInformerFactoryWithOptions(client, d.cfg.Resync, informers.WithTransform(trim))
+	inf := d.nodeFactory.Core().V1().Nodes()
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { d.markDirty() },
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*corev1.Node)
+			c, ok2 := cur.(*corev1.Node)
+			if !ok1 || !ok2 || d.nodeGPU(o) != d.nodeGPU(c) {
+				d.markDirty()
+			}
+		},
+		DeleteFunc: func(any) { d.markDirty() },
+	}); err != nil {
+		return err
+	}
+	d.nodes = inf.Lister()
+	d.synced = append(d.synced, inf.Informer().HasSynced)
+	return nil
+}
+
+// nodeGPU returns the value of the first of GPUNodeLabels that n carries,
+// or "".
+func (d *Discovery) nodeGPU(n *corev1.Node) string {
+	for _, k := range d.cfg.GPUNodeLabels {
+		if v := n.Labels[k]; v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// gpuOfNode returns the GPU the node named name carries, or "" when the
+// node is unknown, carries none, or nodes are not read.
+func (d *Discovery) gpuOfNode(name string) string {
+	if d.nodes == nil || name == "" {
+		return ""
+	}
+	n, err := d.nodes.Get(name)
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			d.log.Warn("kubediscovery: reading node", "node", name, "err", err)
+		}
+		return ""
+	}
+	return d.nodeGPU(n)
 }
 
 func (d *Discovery) markDirty() {
@@ -194,8 +319,12 @@ func (d *Discovery) Synced() <-chan struct{} { return d.first }
 func (d *Discovery) Run(ctx context.Context) error {
 	d.factory.Start(ctx.Done())
 	defer d.factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), d.synced) {
-		return errors.New("kubediscovery: EndpointSlice cache did not sync")
+	if d.nodeFactory != nil {
+		d.nodeFactory.Start(ctx.Done())
+		defer d.nodeFactory.Shutdown()
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), d.synced...) {
+		return errors.New("kubediscovery: EndpointSlice or Node cache did not sync")
 	}
 	for {
 		if err := d.Sync(); err != nil {
@@ -315,6 +444,7 @@ func (d *Discovery) candidates(s *discoveryv1.EndpointSlice) []candidate {
 	}
 	model := s.Labels[LabelModel]
 	service := s.Labels[LabelServiceName]
+	sliceGPU, sliceSpeed := s.Labels[LabelGPU], s.Labels[LabelRelativeSpeed]
 	var out []candidate
 	for _, e := range s.Endpoints {
 		if len(e.Addresses) == 0 {
@@ -339,6 +469,19 @@ func (d *Discovery) candidates(s *discoveryv1.EndpointSlice) []candidate {
 		}
 		if service != "" {
 			lbls[EndpointLabelService] = service
+		}
+		switch {
+		case sliceGPU != "" || sliceSpeed != "":
+			if sliceGPU != "" {
+				lbls[signals.LabelGPU] = sliceGPU
+			}
+			if sliceSpeed != "" {
+				lbls[signals.LabelRelativeSpeed] = sliceSpeed
+			}
+		case e.NodeName != nil:
+			if gpu := d.gpuOfNode(*e.NodeName); gpu != "" {
+				lbls[signals.LabelGPU] = gpu
+			}
 		}
 		spec := signals.EndpointSpec{
 			Name:    name,

@@ -123,17 +123,26 @@ func sorted(s []string) []string {
 }
 
 // start runs a Discovery over a fake clientset holding objs and returns
-// the clientset once the informer's watch is established, so that later
-// changes are not lost between its list and its watch.
+// the clientset once the informers' watches are established (the nodes'
+// too with GPUNodeLabels), so that later changes are not lost between a
+// list and its watch.
 func start(t *testing.T, cfg kubediscovery.Config, sinks []kubediscovery.Sink, objs ...runtime.Object) (*fake.Clientset, *kubediscovery.Discovery) {
 	t.Helper()
 	client := fake.NewClientset(objs...)
-	watching := make(chan struct{})
-	var once sync.Once
-	client.PrependWatchReactor("endpointslices", func(k8stesting.Action) (bool, watch.Interface, error) {
-		once.Do(func() { close(watching) })
-		return false, nil, nil
-	})
+	resources := []string{"endpointslices"}
+	if len(cfg.GPUNodeLabels) > 0 {
+		resources = append(resources, "nodes")
+	}
+	var watching []chan struct{}
+	for _, r := range resources {
+		ch := make(chan struct{})
+		watching = append(watching, ch)
+		var once sync.Once
+		client.PrependWatchReactor(r, func(k8stesting.Action) (bool, watch.Interface, error) {
+			once.Do(func() { close(ch) })
+			return false, nil, nil
+		})
+	}
 	d, err := kubediscovery.New(client, cfg, sinks...)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -143,10 +152,12 @@ func start(t *testing.T, cfg kubediscovery.Config, sinks []kubediscovery.Sink, o
 		cancel()
 		require.NoError(t, <-done)
 	})
-	select {
-	case <-watching:
-	case <-time.After(30 * time.Second):
-		require.FailNow(t, "the informer never started watching")
+	for i, ch := range watching {
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			require.FailNowf(t, "an informer never started watching", "%s", resources[i])
+		}
 	}
 	return client, d
 }

@@ -1,6 +1,8 @@
 // Command kubepickerd is the gRPC picker service of examples/grpc with its
 // endpoints discovered in Kubernetes: the EndpointSlices selected by
 // -selector feed the picker, the metrics scraper and the prefix index.
+// Each pod's GPU is read from its node's labels (-gpu-node-labels), so a
+// fleet of mixed GPUs is routed by speed from the first request.
 //
 //	kubepickerd -namespace inference -selector kubernetes.io/service-name=vllm-llama
 package main
@@ -13,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,10 +40,17 @@ func main() {
 	flag.StringVar(&cfg.PortName, "port-name", "", "slice port requests go to (empty: the first)")
 	flag.StringVar(&cfg.MetricsPortName, "metrics-port-name", "", "slice port serving /metrics (empty: the request port)")
 	flag.StringVar(&cfg.Engine, "engine", "vllm", "model server kind of slices without the inferroute.io/engine label")
+	gpuLabels := flag.String("gpu-node-labels", strings.Join(kubediscovery.DefaultGPUNodeLabels(), ","),
+		"comma-separated node labels naming each pod's GPU, which gives the picker its speed; needs list/watch on nodes (empty: nodes are not read)")
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig file (empty: in-cluster configuration)")
 	listen := flag.String("listen", ":9002", "gRPC listen address")
 	configPath := flag.String("config", "", "picker YAML configuration (empty: picker.DefaultConfig)")
 	flag.Parse()
+	for _, l := range strings.Split(*gpuLabels, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			cfg.GPUNodeLabels = append(cfg.GPUNodeLabels, l)
+		}
+	}
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	cfg.Logger = log
