@@ -63,6 +63,10 @@ type Config struct {
 	// Seed seeds the scrape phases and jitter and the policy. Equal seeds
 	// give equal runs.
 	Seed uint64
+	// Unlabelled leaves the pods' endpoints without the GPU label
+	// (GPULabel), as a fleet whose discovery does not know the hardware:
+	// the picker then learns each pod's speed from its latencies alone.
+	Unlabelled bool
 	// MaxVirtualTime stops the run at this virtual time; requests not
 	// finished by then count as failed. 0 means the last arrival plus one
 	// hour.
@@ -322,12 +326,16 @@ func (s *Sim) reset(cfg Config, w *workload.Workload) {
 				s.engCfgs = append(s.engCfgs, pc.Engine)
 			}
 		}
+		var labels map[string]string
+		if !cfg.Unlabelled {
+			labels = map[string]string{GPULabel: pc.Engine.Profile.Name}
+		}
 		ep := signals.NewEndpoint(signals.EndpointSpec{
 			Name:    name,
 			Address: fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250+1),
 			Engine:  "vllm",
 			Model:   cfg.Model,
-			Labels:  map[string]string{GPULabel: pc.Engine.Profile.Name},
+			Labels:  labels,
 		})
 		s.pods[i] = &pod{idx: i, cfg: eng.Config(), eng: eng, ep: ep}
 		s.eps[i] = ep

@@ -407,6 +407,36 @@ func TestRunScrapesDoneAndInspector(t *testing.T) {
 	assert.Greater(t, pr.snapshot, 250, "after the first interval every pick sees a snapshot")
 }
 
+// TestRunUnlabelled: pods carry their profile as the GPU label, which
+// gives the picker their speed, unless Config.Unlabelled.
+func TestRunUnlabelled(t *testing.T) {
+	w := poissonWorkload(t, 20, 30)
+	for _, unlabelled := range []bool{false, true} {
+		cfg := DefaultConfig(fleet(t, 2))
+		cfg.Unlabelled = unlabelled
+		var eps []*signals.Endpoint
+		f := func(env policy.Env) (policy.Policy, error) {
+			eps = env.Endpoints
+			return policy.NewRoundRobin(env)
+		}
+		_, err := New().Run(context.Background(), cfg, w, f)
+		require.NoError(t, err)
+		require.Len(t, eps, 2)
+		for i, ep := range eps {
+			speed, labelled := ep.RelativeSpeed()
+			if unlabelled {
+				assert.Empty(t, ep.Labels, "pod %d", i)
+				assert.False(t, labelled, "pod %d", i)
+				continue
+			}
+			assert.Equal(t, cfg.Pods[i].Engine.Profile.Name, ep.Labels[GPULabel], "pod %d", i)
+			want, ok := signals.GPURelativeSpeed(cfg.Pods[i].Engine.Profile.Name)
+			assert.True(t, ok && labelled, "pod %d", i)
+			assert.Equal(t, want, speed, "pod %d", i)
+		}
+	}
+}
+
 func TestRunFailsRequestsThatCannotFit(t *testing.T) {
 	pods := fleet(t, 1)
 	pods[0].Engine.NumBlocks = 10 // 160 tokens of KV cache

@@ -65,6 +65,8 @@ type Options struct {
 	// Parallel is the number of simulations run at once; 0 means
 	// GOMAXPROCS.
 	Parallel int
+	// Unlabelled runs the fleets without GPU labels (sim.Config.Unlabelled).
+	Unlabelled bool
 	// Progress, if set, is called after each evaluation with the count so
 	// far, the budget and the best score. Called from one goroutine.
 	Progress func(done, budget int, best float64)
@@ -323,7 +325,7 @@ func runAll(ctx context.Context, o Options, splits []split, f policy.Factory, te
 			for i := range next {
 				sp := &splits[i]
 				cfg := sim.DefaultConfig(sp.sc.Pods)
-				cfg.Seed = o.Seed
+				cfg.Seed, cfg.Unlabelled = o.Seed, o.Unlabelled
 				if sp.sc.SLO != (sim.SLO{}) {
 					cfg.SLO = sp.sc.SLO
 				}

@@ -37,6 +37,8 @@ type capacityOptions struct {
 	MaxPods  int
 	Requests int
 	Seed     uint64
+	// Unlabelled runs the fleets without GPU labels (sim.Config.Unlabelled).
+	Unlabelled bool
 	// TracesDir is where trace scenarios read their files.
 	TracesDir string
 	Parallel  int
@@ -208,7 +210,7 @@ func findCapacity(ctx context.Context, o capacityOptions) ([]capacityRow, error)
 				if !ok {
 					err = fmt.Errorf("unknown policy %q", j.pol)
 				} else {
-					err = bisectPods(ctx, s, j.sc, j.w, j.slo, j.max, o.Seed, f, j.row)
+					err = bisectPods(ctx, s, j.sc, j.w, j.slo, j.max, o.Seed, o.Unlabelled, f, j.row)
 				}
 				mu.Lock()
 				if err != nil && firstErr == nil {
@@ -240,11 +242,11 @@ feed:
 }
 
 // bisectPods fills row with the fewest pods in [1, maxPods] meeting slo.
-func bisectPods(ctx context.Context, s *sim.Sim, sc sim.Scenario, w *workload.Workload, slo time.Duration, maxPods int, seed uint64, f policy.Factory, row *capacityRow) error {
+func bisectPods(ctx context.Context, s *sim.Sim, sc sim.Scenario, w *workload.Workload, slo time.Duration, maxPods int, seed uint64, unlabelled bool, f policy.Factory, row *capacityRow) error {
 	p99 := map[int]float64{}
 	meets := func(n int) (bool, error) {
 		cfg := sim.DefaultConfig(resize(sc.Pods, n))
-		cfg.Seed = seed
+		cfg.Seed, cfg.Unlabelled = seed, unlabelled
 		if sc.SLO != (sim.SLO{}) {
 			cfg.SLO = sc.SLO
 		}
@@ -350,6 +352,7 @@ func (x *extraFlags) runCapacity(ctx context.Context, o sim.Options, stdout, std
 		Scenarios: scs, Policies: o.Policies, Registry: reg,
 		Rate: *x.rate, LoadOfFleet: 0.7, SLO: *x.slo, MaxPods: *x.maxPods,
 		Requests: n, Seed: o.Seed, TracesDir: o.TracesDir, Parallel: o.Parallel, Progress: progress,
+		Unlabelled: o.Sim != nil && o.Sim.Unlabelled,
 	})
 	if err != nil {
 		return err

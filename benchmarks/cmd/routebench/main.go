@@ -104,6 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		profiles  = fs.String("profiles", "", "comma-separated hardware profiles repeated over the pods ("+strings.Join(sim.ProfileNames(), ",")+")")
 		parallel  = fs.Int("parallel", 0, "runs simulated at once (default GOMAXPROCS)")
 		progress  = fs.Bool("progress", true, "show a progress bar on stderr")
+		unlabel   = fs.Bool("unlabelled", false, "give the pods no GPU label, as a fleet discovered without its hardware: the picker learns speeds from latencies alone")
 	)
 	extra := addExtraFlags(fs)
 	fs.Usage = func() {
@@ -141,6 +142,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			o.Loads = append(o.Loads, v)
 		}
+	}
+	if *unlabel {
+		c := sim.DefaultConfig(nil)
+		c.Unlabelled = true
+		o.Sim = &c
 	}
 	if *pods < 0 {
 		return fmt.Errorf("-pods: %d is negative", *pods)

@@ -96,3 +96,35 @@ func TestSplitList(t *testing.T) {
 	assert.Nil(t, splitList(" , "))
 	assert.Equal(t, []string{"a", "b"}, splitList("a, b,"))
 }
+
+// TestRunUnlabelled: -unlabelled takes the GPU labels off the pods and
+// nothing else. Round-robin, which reads no label, runs identically; the
+// default picker, whose speed priors and scaling read them, does not.
+func TestRunUnlabelled(t *testing.T) {
+	ttft := func(extra ...string) map[string]float64 {
+		var stdout, stderr bytes.Buffer
+		args := append([]string{
+			"-scenario", "hetero", "-policies", "round-robin,inferroute", "-loads", "0.9",
+			"-requests", "400", "-json", "-progress=false", "-traces", "testdata/none",
+		}, extra...)
+		require.NoError(t, run(context.Background(), args, &stdout, &stderr), stderr.String())
+		var rep struct {
+			Scenarios []struct {
+				Policies []struct {
+					Name    string  `json:"name"`
+					TTFTP99 float64 `json:"ttft_p99_s"`
+				} `json:"policies"`
+			} `json:"scenarios"`
+		}
+		require.NoError(t, json.Unmarshal(stdout.Bytes(), &rep))
+		require.Len(t, rep.Scenarios, 1)
+		out := map[string]float64{}
+		for _, p := range rep.Scenarios[0].Policies {
+			out[p.Name] = p.TTFTP99
+		}
+		return out
+	}
+	labelled, unlabelled := ttft(), ttft("-unlabelled")
+	assert.Equal(t, labelled["round-robin"], unlabelled["round-robin"])
+	assert.NotEqual(t, labelled["inferroute"], unlabelled["inferroute"])
+}

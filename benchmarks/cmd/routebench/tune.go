@@ -28,7 +28,7 @@ func (x *extraFlags) runTune(ctx context.Context, o sim.Options, stdout, stderr 
 	}
 	to := tune.Options{
 		Base: base, Scenarios: scs, Loads: o.Loads, Requests: o.Requests, Budget: *x.tuneBudget,
-		Seed: o.Seed, TracesDir: o.TracesDir, Parallel: o.Parallel,
+		Seed: o.Seed, TracesDir: o.TracesDir, Parallel: o.Parallel, Unlabelled: o.Sim != nil && o.Sim.Unlabelled,
 	}
 	if o.Progress != nil {
 		to.Progress = func(done, budget int, best float64) {
