@@ -155,13 +155,14 @@ type Discovery struct {
 
 	factory informers.SharedInformerFactory
 	lister  listersv1.EndpointSliceLister
-	synced  []cache.InformerSynced
+	synced  []cache.InformerSynced // the slices' and, with GPUNodeLabels, the nodes'
 
 	nodeFactory informers.SharedInformerFactory // nil without GPUNodeLabels
 	nodes       corelisters.NodeLister
-	dirty       chan struct{}
-	first       chan struct{} // closed once the first set is published
-	once        sync.Once
+
+	dirty chan struct{}
+	first chan struct{} // closed once the first set is published
+	once  sync.Once
 
 	syncMu  sync.Mutex        // serialises Sync, so sets are published in order
 	known   map[string]*entry // by identity (pod or address); guarded by syncMu
@@ -238,7 +239,7 @@ func (d *Discovery) watchNodes(client kubernetes.Interface) error {
 	trim := func(obj any) (any, error) {
 		n, ok := obj.(*corev1.Node)
 		if !ok {
-			return obj, nil // a tombstone: its object was trimmed when stored
+			return obj, nil // not a Node: nothing to trim (tombstones are not passed here)
 		}
 		var kept map[string]string
 		for _, k := range keys {
