@@ -21,10 +21,10 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 )
 
-// TestDeployManifest decodes every object of deploy.yaml strictly into its
-// Kubernetes type and checks that the file applies to a fresh cluster with
-// one kubectl apply: the namespace its objects live in is created first.
-func TestDeployManifest(t *testing.T) {
+// manifest decodes every object of deploy.yaml strictly (unknown fields
+// are errors) into its Kubernetes type, in file order.
+func manifest(t *testing.T) []runtime.Object {
+	t.Helper()
 	data, err := os.ReadFile("deploy.yaml")
 	require.NoError(t, err)
 	dec := k8sjson.NewSerializerWithOptions(k8sjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
@@ -45,6 +45,14 @@ func TestDeployManifest(t *testing.T) {
 		objs = append(objs, obj)
 	}
 	require.NotEmpty(t, objs)
+	return objs
+}
+
+// TestDeployManifest decodes every object of deploy.yaml strictly into its
+// Kubernetes type and checks that the file applies to a fresh cluster with
+// one kubectl apply: the namespace its objects live in is created first.
+func TestDeployManifest(t *testing.T) {
+	objs := manifest(t)
 
 	first, ok := objs[0].(*corev1.Namespace)
 	require.True(t, ok, "the first object is a Namespace, not %T", objs[0])
@@ -73,24 +81,10 @@ func TestDeployManifest(t *testing.T) {
 // list and watch what it reads: EndpointSlices in its namespace and, as
 // its default -gpu-node-labels reads them, Nodes.
 func TestDeployGrantsWhatItReads(t *testing.T) {
-	data, err := os.ReadFile("deploy.yaml")
-	require.NoError(t, err)
-	dec := scheme.Codecs.UniversalDeserializer()
 	roles := map[string][]rbacv1.PolicyRule{} // by kind/name
 	var bindings []struct{ role, sa string }
 	var sa string
-	docs := k8syaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := docs.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		require.NoError(t, err)
-		if len(bytes.TrimSpace(doc)) == 0 {
-			continue
-		}
-		obj, _, err := dec.Decode(doc, nil, nil)
-		require.NoError(t, err)
+	for _, obj := range manifest(t) {
 		switch o := obj.(type) {
 		case *rbacv1.Role:
 			roles["Role/"+o.Name] = o.Rules
