@@ -35,9 +35,10 @@ const (
 // https://cloud.google.com/kubernetes-engine/docs/how-to/gpus). A MIG
 // slice of an A100, H100 or H200 as Feature Discovery names it under its
 // single strategy ("A100-SXM4-40GB-MIG-3g.20gb") has k of the card's
-// seven compute slices, so k/7 of its speed (NVIDIA Multi-Instance GPU
-// User Guide: "7 GPU slices" on A100 and H100); a MIG name whose slice
-// count cannot be read, or on another card, is unknown.
+// seven compute slices, so k/7 of its speed (the NVIDIA Multi-Instance
+// GPU User Guide: a "<k>g" profile gets k of the seven compute slices of
+// an A100 or H100); a MIG name whose slice count cannot be read, or on
+// another card, is unknown.
 //
 // Sources. H100 and H200: 2.2, the measured ratio of A100-80GB to
 // H100-80GB prompt (prefill) time for Llama-2-70B at 2k–8k prompt tokens in
