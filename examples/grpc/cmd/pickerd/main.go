@@ -4,7 +4,7 @@
 // for a static list of model-server endpoints, scraping their metrics
 // pages.
 //
-//	pickerd -listen :9002 -endpoints pod-a=10.0.0.1:8000,pod-b=10.0.0.2:8000
+//	pickerd -listen :9002 -endpoints pod-a=10.0.0.1:8000,pod-b=10.0.0.2:8000 -gpus pod-a=h100,pod-b=l4
 package main
 
 import (
@@ -12,12 +12,10 @@ import (
 	_ "embed"
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -28,8 +26,8 @@ import (
 
 	pickergrpc "github.com/inferroute/inferroute/examples/grpc"
 	"github.com/inferroute/inferroute/examples/grpc/pickerpb"
+	"github.com/inferroute/inferroute/examples/internal/endpointflag"
 	"github.com/inferroute/inferroute/picker"
-	"github.com/inferroute/inferroute/signals"
 	"github.com/inferroute/inferroute/signals/prefix"
 	"github.com/inferroute/inferroute/signals/scrape"
 )
@@ -39,7 +37,8 @@ var defaultConfig []byte
 
 func main() {
 	listen := flag.String("listen", ":9002", "gRPC listen address")
-	endpoints := flag.String("endpoints", "", "comma-separated endpoints, each name=host:port or host:port")
+	endpoints := flag.String("endpoints", "", endpointflag.EndpointsUsage)
+	gpus := flag.String("gpus", "", endpointflag.GPUUsage)
 	engine := flag.String("engine", "vllm", "model server kind, for the metric names scraped")
 	model := flag.String("model", "", "base model every endpoint serves (empty: any)")
 	configPath := flag.String("config", "", "picker YAML configuration (default: the embedded picker.yaml)")
@@ -48,14 +47,14 @@ func main() {
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*listen, *endpoints, *engine, *model, *configPath, *scrapeOn, *ttl, log); err != nil {
+	if err := run(*listen, *endpoints, *gpus, *engine, *model, *configPath, *scrapeOn, *ttl, log); err != nil {
 		log.Error("pickerd", "err", err)
 		os.Exit(1)
 	}
 }
 
-func run(listen, list, engine, model, configPath string, scrapeOn bool, ttl time.Duration, log *slog.Logger) error {
-	eps, err := parseEndpoints(list, engine, model)
+func run(listen, list, gpus, engine, model, configPath string, scrapeOn bool, ttl time.Duration, log *slog.Logger) error {
+	eps, err := endpointflag.Parse(list, gpus, engine, model)
 	if err != nil {
 		return err
 	}
@@ -125,27 +124,4 @@ func newGRPCServer(srv pickerpb.PickerServer, hs *health.Server) *grpc.Server {
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	return gs
-}
-
-// parseEndpoints reads "name=host:port,host:port,...".
-func parseEndpoints(list, engine, model string) ([]*signals.Endpoint, error) {
-	var eps []*signals.Endpoint
-	for item := range strings.SplitSeq(list, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		name, addr, ok := strings.Cut(item, "=")
-		if !ok {
-			name, addr = "", item
-		}
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return nil, fmt.Errorf("endpoint %q: %w", item, err)
-		}
-		eps = append(eps, signals.NewEndpoint(signals.EndpointSpec{Name: name, Address: addr, Engine: engine, Model: model}))
-	}
-	if len(eps) == 0 {
-		return nil, errors.New("no endpoints: pass -endpoints with host:port or name=host:port items, comma-separated")
-	}
-	return eps, nil
 }

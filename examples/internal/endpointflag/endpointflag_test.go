@@ -1,4 +1,4 @@
-package main
+package endpointflag_test
 
 import (
 	"testing"
@@ -6,13 +6,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inferroute/inferroute/examples/internal/endpointflag"
 	"github.com/inferroute/inferroute/signals"
 )
 
-// TestParseEndpointsGPUs: -gpus gives every endpoint one GPU, or named
+// TestParseGPUs: -gpus gives every endpoint one GPU, or named
 // endpoints theirs, and the picker reads the speed from it; the rest stay
 // unlabelled.
-func TestParseEndpointsGPUs(t *testing.T) {
+func TestParseGPUs(t *testing.T) {
 	speed := func(ep *signals.Endpoint) float64 {
 		s, ok := ep.RelativeSpeed()
 		if !ok {
@@ -20,7 +21,7 @@ func TestParseEndpointsGPUs(t *testing.T) {
 		}
 		return s
 	}
-	eps, err := parseEndpoints("a=10.0.0.1:8000, b=10.0.0.2:8000,c=10.0.0.3:8000", "a=h100, b=NVIDIA-L4", "sglang", "m")
+	eps, err := endpointflag.Parse("a=10.0.0.1:8000, b=10.0.0.2:8000,c=10.0.0.3:8000", "a=h100, b=NVIDIA-L4", "sglang", "m")
 	require.NoError(t, err)
 	require.Len(t, eps, 3)
 	assert.Equal(t, []string{"a", "b", "c"}, []string{eps[0].Name, eps[1].Name, eps[2].Name})
@@ -30,21 +31,21 @@ func TestParseEndpointsGPUs(t *testing.T) {
 	assert.Equal(t, "sglang", eps[0].Engine)
 	assert.Equal(t, "m", eps[0].Model)
 
-	eps, err = parseEndpoints("10.0.0.1:8000,[::1]:8000", "a100", "vllm", "m")
+	eps, err = endpointflag.Parse("10.0.0.1:8000,[::1]:8000", "a100", "vllm", "m")
 	require.NoError(t, err)
 	assert.Equal(t, []float64{1, 1}, []float64{speed(eps[0]), speed(eps[1])})
 
-	eps, err = parseEndpoints("10.0.0.1:8000", "", "vllm", "m")
+	eps, err = endpointflag.Parse("10.0.0.1:8000", "", "vllm", "m")
 	require.NoError(t, err)
 	assert.Equal(t, 0.0, speed(eps[0]))
 }
 
-func TestParseEndpointsErrors(t *testing.T) {
+func TestParseErrors(t *testing.T) {
 	for _, tt := range []struct {
 		list, gpus, model, want string
 	}{
-		{"10.0.0.1:8000", "", "", "-model is required"},
 		{"", "", "m", "no endpoints"},
+		{" , ", "", "m", "no endpoints"},
 		{"10.0.0.1", "", "m", `endpoint "10.0.0.1"`},
 		{"a=10.0.0.1:8000", "b100", "m", `"b100" is not a GPU`},
 		{"a=10.0.0.1:8000", "a=b100", "m", `"b100" is not a GPU`},
@@ -52,7 +53,7 @@ func TestParseEndpointsErrors(t *testing.T) {
 		{"10.0.0.1:8000", "=h100", "m", `"=h100" names no endpoint`},
 		{"a=10.0.0.1:8000", "a=h100,h100", "m", `"h100" names no endpoint`},
 	} {
-		_, err := parseEndpoints(tt.list, tt.gpus, "vllm", tt.model)
+		_, err := endpointflag.Parse(tt.list, tt.gpus, "vllm", tt.model)
 		assert.ErrorContains(t, err, tt.want, "%+v", tt)
 	}
 }
