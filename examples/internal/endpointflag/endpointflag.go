@@ -57,7 +57,7 @@ func Parse(list, gpus, engine, model string) ([]*signals.Endpoint, error) {
 	}
 	all := ""                     // one GPU for every endpoint
 	byName := map[string]string{} // or one per named endpoint
-	if g := strings.TrimSpace(gpus); g != "" && !strings.Contains(g, "=") {
+	if g := strings.TrimSpace(gpus); g != "" && !strings.ContainsAny(g, "=,") {
 		if err := known(g); err != nil {
 			return nil, err
 		}

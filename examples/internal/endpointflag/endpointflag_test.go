@@ -52,6 +52,7 @@ func TestParseErrors(t *testing.T) {
 		{"a=10.0.0.1:8000", "z=h100", "m", `"z=h100" names no endpoint`},
 		{"10.0.0.1:8000", "=h100", "m", `"=h100" names no endpoint`},
 		{"a=10.0.0.1:8000", "a=h100,h100", "m", `"h100" names no endpoint`},
+		{"a=10.0.0.1:8000", "h100,a100", "m", `"h100" names no endpoint`}, // one GPU for all takes one name
 	} {
 		_, err := endpointflag.Parse(tt.list, tt.gpus, "vllm", tt.model)
 		assert.ErrorContains(t, err, tt.want, "%+v", tt)
