@@ -89,25 +89,41 @@ func (r *recorder) SetEndpoints(eps []*signals.Endpoint) {
 func (r *recorder) waitFor(t *testing.T, names ...string) map[string]*signals.Endpoint {
 	t.Helper()
 	want := strings.Join(sorted(names), ",")
+	return r.waitUntil(t, "["+want+"]", func(got map[string]*signals.Endpoint) bool {
+		return joinNames(got) == want
+	})
+}
+
+// waitUntil reads published sets until ok accepts one, and returns it by
+// name.
+func (r *recorder) waitUntil(t *testing.T, what string, ok func(map[string]*signals.Endpoint) bool) map[string]*signals.Endpoint {
+	t.Helper()
 	var last string
 	timeout := time.After(30 * time.Second) // a guard against a hang, not a measurement
 	for {
 		select {
 		case eps := <-r.ch:
 			got := map[string]*signals.Endpoint{}
-			var gotNames []string
 			for _, e := range eps {
 				got[e.Name] = e
-				gotNames = append(gotNames, e.Name)
 			}
-			last = strings.Join(sorted(gotNames), ",")
-			if last == want {
+			if ok(got) {
 				return got
 			}
+			last = joinNames(got)
 		case <-timeout:
-			require.FailNowf(t, "endpoint set never published", "want [%s], last published [%s]", want, last)
+			require.FailNowf(t, "never published", "want %s, last published [%s]", what, last)
 		}
 	}
+}
+
+// joinNames lists a published set's names, sorted and comma-separated.
+func joinNames(set map[string]*signals.Endpoint) string {
+	names := make([]string, 0, len(set))
+	for n := range set {
+		names = append(names, n)
+	}
+	return strings.Join(sorted(names), ",")
 }
 
 func sorted(s []string) []string {

@@ -3,7 +3,6 @@ package kubediscovery_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -24,27 +23,6 @@ func updateNode(t *testing.T, c *fake.Clientset, n *corev1.Node) {
 	t.Helper()
 	_, err := c.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{})
 	require.NoError(t, err)
-}
-
-// waitUntil reads published sets until ok accepts one, and returns it by
-// name.
-func (r *recorder) waitUntil(t *testing.T, what string, ok func(map[string]*signals.Endpoint) bool) map[string]*signals.Endpoint {
-	t.Helper()
-	timeout := time.After(30 * time.Second) // a guard against a hang, not a measurement
-	for {
-		select {
-		case eps := <-r.ch:
-			got := map[string]*signals.Endpoint{}
-			for _, e := range eps {
-				got[e.Name] = e
-			}
-			if ok(got) {
-				return got
-			}
-		case <-timeout:
-			require.FailNowf(t, "never published", "%s", what)
-		}
-	}
 }
 
 // speedOf is an endpoint's GPU label and the speed the picker reads.
@@ -118,8 +96,8 @@ func TestGPUNodeChanges(t *testing.T) {
 	require.Equal(t, speedOf{"", 1, false}, speeds(first)["p2"], "n2 is not known yet")
 	first["p1"].Dispatch(100)
 
-	// Status and an unrelated label: nothing to republish. A slice update
-	// afterwards shows p1 is still the same object.
+	// Status and an unrelated label: the endpoint object stays, as a
+	// slice update afterwards shows.
 	busy := a100.DeepCopy()
 	busy.Labels["team"] = "search"
 	busy.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}

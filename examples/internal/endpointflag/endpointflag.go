@@ -44,7 +44,9 @@ func Parse(list, gpus, engine, model string) ([]*signals.Endpoint, error) {
 			return nil, fmt.Errorf("endpoint %q: %w", item, err)
 		}
 		specs = append(specs, spec{name, addr})
-		names[name] = true
+		if name != "" {
+			names[name] = true
+		}
 	}
 	if len(specs) == 0 {
 		return nil, errors.New("no endpoints: pass -endpoints with host:port or name=host:port items, comma-separated")
@@ -69,7 +71,7 @@ func Parse(list, gpus, engine, model string) ([]*signals.Endpoint, error) {
 			}
 			name, gpu, ok := strings.Cut(item, "=")
 			name, gpu = strings.TrimSpace(name), strings.TrimSpace(gpu)
-			if !ok || name == "" || !names[name] {
+			if !ok || !names[name] {
 				return nil, fmt.Errorf("-gpus: %q names no endpoint (want name=gpu, with name as in -endpoints name=host:port)", item)
 			}
 			if err := known(gpu); err != nil {
