@@ -231,9 +231,10 @@ func New(client kubernetes.Interface, cfg Config, sinks ...Sink) (*Discovery, er
 // watchNodes sets up the Node informer that GPUNodeLabels needs. Nodes are
 // cluster-scoped: their factory has neither the namespace nor the slices'
 // selector. The transform keeps each node's name and the GPU labels only,
-// so a cluster of thousands of nodes costs little memory; a node's update
-// marks the set dirty only when one of those labels changed (node status
-// updates arrive often and change nothing here).
+// so the cache holds those rather than whole Node objects with their
+// status; a node's update marks the set dirty only when one of those
+// labels changed (node status updates arrive often and change nothing
+// here).
 func (d *Discovery) watchNodes(client kubernetes.Interface) error {
 	keys := d.cfg.GPUNodeLabels
 	trim := func(obj any) (any, error) {
