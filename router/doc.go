@@ -101,6 +101,15 @@
 // say what happened, never which address: a network error's addresses
 // are left out, and the gateway's log has them.
 //
+// # Per-client access
+//
+// Config.Allow decides, per request and once its route is known, whether
+// the client may use it. A refusal is answered before anything is
+// picked; one wrapping ErrModelNotFound is the 404 of an unknown model,
+// word for word, as OpenAI answers a key without access to a model. The
+// listings show each client only what it may use. The example gateway
+// builds its per-key model grants on it.
+//
 // # Observing requests
 //
 // Config.MeterProvider records the router's OpenTelemetry metrics

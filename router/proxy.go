@@ -169,6 +169,21 @@ type Config struct {
 	// it into upstream ones, with TracerProvider; nil means W3C Trace
 	// Context (traceparent, tracestate).
 	Propagator propagation.TextMapPropagator
+	// Allow, when not nil, decides whether r may take route: it is
+	// called once the route is known and before anything is picked or
+	// sent, and a non-nil error refuses the request. An *APIError is
+	// sent as it is; an error wrapping ErrModelNotFound is the 404
+	// model_not_found of a model that does not exist, which OpenAI also
+	// gives a key without access to a model, so that a client cannot
+	// tell the two apart; any other error is a 403 permission_denied
+	// with its message. Listings ask it too: GET /v1/models lists only
+	// the names whose route r is allowed, and /v1/models/{model} of
+	// another is 404 as if unknown.
+	// It is for per-client model grants (r's context carries whatever
+	// the server's authentication put there); nil allows every route.
+	// It must be safe for concurrent use and fast: it runs on every
+	// request, and for a listing once per name of the table.
+	Allow func(r *http.Request, route Route) error
 }
 
 // NewTransport returns a net/http transport for Config.Transport: keep-alive
@@ -574,9 +589,16 @@ func (p *Proxy) serveModels(w http.ResponseWriter, r *http.Request) int {
 	var b []byte
 	if !one {
 		b = t.ModelsJSON()
+		if p.cfg.Allow != nil {
+			b = t.modelsAllowed(func(rt Route) bool { return p.cfg.Allow(r, rt) == nil })
+		}
 	} else {
 		var ok bool
-		if b, ok = t.ModelJSON(model); !ok {
+		if b, ok = t.ModelJSON(model); ok && p.cfg.Allow != nil {
+			rt, _ := t.Lookup(model)
+			ok = p.cfg.Allow(r, rt) == nil
+		}
+		if !ok {
 			ae := errorFor(fmt.Errorf("%w: %q", ErrModelNotFound, model), p.cfg.RetryAfter)
 			WriteError(w, ae)
 			return ae.Status
@@ -632,6 +654,11 @@ func (p *Proxy) admit(r *http.Request, c *call) (picker.Result, error) {
 	} else if c.route, err = t.Route(&c.parsed); err != nil {
 		return picker.Result{}, err
 	}
+	if p.cfg.Allow != nil {
+		if err := p.cfg.Allow(r, c.route); err != nil {
+			return picker.Result{}, denied(err)
+		}
+	}
 	c.send = c.body
 	if c.route.Rewrites() {
 		c.send = c.parsed.RewriteModel(c.body, c.route.Upstream)
@@ -641,6 +668,19 @@ func (p *Proxy) admit(r *http.Request, c *call) (picker.Result, error) {
 	}
 	setPoolHeader(c.hdr, c.route.Pool.header)
 	return c.route.Pool.Picker.Pick(r.Context(), &c.req)
+}
+
+// denied returns the error a Config.Allow refusal is answered with: err
+// when errorFor has an answer of its own for it (an *APIError, a model
+// not found), a 403 with its message otherwise, which errorFor would
+// take for an upstream failure.
+func denied(err error) error {
+	var ae *APIError
+	if errors.As(err, &ae) || errors.Is(err, ErrModelNotFound) {
+		return err
+	}
+	return &APIError{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "permission_denied",
+		Message: err.Error()}
 }
 
 // readBody reads the request body into c.body, failing with

@@ -110,6 +110,7 @@ type Table struct {
 	fallback Route
 	models   []byte            // the /v1/models response
 	entries  map[string][]byte // each model's entry of it, for /v1/models/{model}
+	names    []string          // the names of models' entries, in its order
 }
 
 // NewTable builds a table. It fails when no pool is given, a pool has no
@@ -215,12 +216,34 @@ func NewTable(cfg TableConfig) (*Table, error) {
 		return nil, err
 	}
 	t.entries = make(map[string][]byte, len(list))
-	for _, e := range list {
+	t.names = make([]string, len(list))
+	for i, e := range list {
 		if t.entries[e.ID], err = json.Marshal(e); err != nil {
 			return nil, err
 		}
+		t.names[i] = e.ID
 	}
 	return t, nil
+}
+
+// modelsAllowed returns the body of GET /v1/models with the entries of
+// the names whose route allow accepts, in declaration order: ModelsJSON
+// byte for byte when it accepts all.
+func (t *Table) modelsAllowed(allow func(Route) bool) []byte {
+	b := make([]byte, 0, len(t.models))
+	b = append(b, `{"object":"list","data":[`...)
+	n := 0
+	for _, name := range t.names {
+		if !allow(t.routes[name]) {
+			continue
+		}
+		if n > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, t.entries[name]...)
+		n++
+	}
+	return append(b, "]}"...)
 }
 
 // modelList is the OpenAI list shape of GET /v1/models (with vLLM's root and

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +37,30 @@ type AuthConfig struct {
 	// log as api_key, never the key. Keys are at least 16 characters of
 	// visible ASCII, each given once, names too. Required.
 	KeysFile string `yaml:"keysFile"`
+	// Grants limits keys to some of the models, by the key's name in
+	// KeysFile. A key without a grant may use every model. A key with one
+	// may use what its grant lists and nothing else: /v1/models lists
+	// only that, and a request for another model is answered 404
+	// model_not_found, word for word as for a model that does not exist
+	// (OpenAI answers a key without access to a model so), so that a key
+	// cannot learn which models it is denied. A request that names no
+	// model (a GET, a non-JSON body), which would take the fallback
+	// pool, is allowed only when the grant lists that pool, and answered
+	// 403 model_required otherwise. A grant that names no key of KeysFile
+	// is logged as a warning rather than refused, so that deleting a
+	// key's line revokes it whatever the grants say.
+	Grants map[string]Grant `yaml:"grants"`
+}
+
+// Grant is what one API key may use (AuthConfig.Grants); it must list
+// something.
+type Grant struct {
+	// Models are client-facing names of the pools: models, adapters and
+	// aliases.
+	Models []string `yaml:"models"`
+	// Pools are pools every name of which the key may use, names added to
+	// them later included.
+	Pools []string `yaml:"pools"`
 }
 
 // minKeyLen is the shortest API key taken: a shorter one could be guessed
@@ -45,11 +71,39 @@ const minKeyLen = 16
 // compares digests, so its time tells nothing of how close a wrong key
 // came to a right one, and the keys themselves are not kept.
 type keySet struct {
-	names map[[sha256.Size]byte]string
+	keys map[[sha256.Size]byte]*apiKey
+	// stray are the names of AuthConfig.Grants that name no key, sorted:
+	// the callers log them.
+	stray    []string
+	anyGrant bool // some key has a grant
 }
 
-// loadKeys reads and checks the keys file of a; nil when a is nil (keys
-// off).
+// apiKey is what a request's key is known by: the request's context
+// carries it (apiKeyCtx) for the access log and the grant's check.
+type apiKey struct {
+	name  string
+	grant *grant // nil: every model
+}
+
+// apiKeyCtx is the context key of a request's *apiKey, set when the
+// access log is on or the key has a grant.
+type apiKeyCtx struct{}
+
+// grant is a Grant as sets.
+type grant struct {
+	models map[string]bool
+	pools  map[string]bool
+}
+
+// allows reports whether the grant covers rt. The fallback route's
+// ClientModel is "", which no grant lists (checkGrants).
+func (g *grant) allows(rt router.Route) bool {
+	return g.pools[rt.Pool.Name] || g.models[rt.ClientModel]
+}
+
+// loadKeys reads and checks the keys file of a and gives the keys their
+// grants; nil when a is nil (keys off). The grants' models and pools were
+// checked with the configuration (checkGrants).
 func loadKeys(a *AuthConfig) (*keySet, error) {
 	if a == nil {
 		return nil, nil
@@ -62,13 +116,115 @@ func loadKeys(a *AuthConfig) (*keySet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auth.keysFile %s: %w", a.KeysFile, err)
 	}
+	byName := make(map[string]*apiKey, len(ks.keys))
+	for _, k := range ks.keys {
+		byName[k.name] = k
+	}
+	for name, gr := range a.Grants {
+		k := byName[name]
+		if k == nil {
+			ks.stray = append(ks.stray, name)
+			continue
+		}
+		ks.anyGrant = true
+		k.grant = &grant{models: make(map[string]bool, len(gr.Models)), pools: make(map[string]bool, len(gr.Pools))}
+		for _, m := range gr.Models {
+			k.grant.models[m] = true
+		}
+		for _, p := range gr.Pools {
+			k.grant.pools[p] = true
+		}
+	}
+	slices.Sort(ks.stray)
 	return ks, nil
+}
+
+// logStray warns of the grants of ks that name no key: a key revoked
+// whose grant stays, or a misspelt name, whose key may use every model.
+func logStray(log *slog.Logger, ks *keySet) {
+	if ks != nil && len(ks.stray) > 0 {
+		log.Warn("auth.grants names keys that auth.keysFile does not have; a misspelt name leaves its key every model",
+			"names", ks.stray)
+	}
+}
+
+// granted counts the keys of ks that have a grant.
+func (ks *keySet) granted() int {
+	n := 0
+	for _, k := range ks.keys {
+		if k.grant != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// checkGrants checks that every grant of a lists something, and only
+// names (models, adapters, aliases) and pools of pools.
+func checkGrants(a *AuthConfig, pools []PoolConfig) error {
+	if a == nil {
+		return nil
+	}
+	names := map[string]bool{}
+	pool := map[string]bool{}
+	for _, pc := range pools {
+		pool[pc.Name] = true
+		for _, m := range pc.Models {
+			names[m] = true
+		}
+		for m := range pc.Adapters {
+			names[m] = true
+		}
+		for m := range pc.Aliases {
+			names[m] = true
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(a.Grants)) {
+		gr := a.Grants[key]
+		if len(gr.Models) == 0 && len(gr.Pools) == 0 {
+			return fmt.Errorf("auth.grants.%s: grants nothing; to refuse the key, delete it from auth.keysFile", key)
+		}
+		for _, m := range gr.Models {
+			if !names[m] {
+				return fmt.Errorf("auth.grants.%s.models: %q is no model, adapter or alias of any pool", key, m)
+			}
+		}
+		for _, p := range gr.Pools {
+			if !pool[p] {
+				return fmt.Errorf("auth.grants.%s.pools: %q is not a pool", key, p)
+			}
+		}
+	}
+	return nil
+}
+
+// errModelRequired refuses a request without a model from a key whose
+// grant does not list the fallback pool.
+var errModelRequired = &router.APIError{Status: http.StatusForbidden, Type: "invalid_request_error", Param: "model",
+	Code: "model_required", Message: `this API key may use only the models granted to it: name one in the request's "model" field`}
+
+// allow is the proxy's router.Config.Allow: a request whose key has a
+// grant takes only the routes the grant covers. A model outside it is
+// refused with the error of an unknown model, word for word. Without
+// grants in force it costs an atomic load.
+func (g *Gateway) allow(r *http.Request, rt router.Route) error {
+	if ks := g.keys.Load(); ks == nil || !ks.anyGrant {
+		return nil
+	}
+	k, _ := r.Context().Value(apiKeyCtx{}).(*apiKey)
+	switch {
+	case k == nil || k.grant == nil || k.grant.allows(rt):
+		return nil
+	case rt.Fallback:
+		return errModelRequired
+	}
+	return fmt.Errorf("%w: %q", router.ErrModelNotFound, rt.ClientModel)
 }
 
 // parseKeys parses a keys file (AuthConfig.KeysFile). Its errors name the
 // line, never the key.
 func parseKeys(b []byte) (*keySet, error) {
-	ks := &keySet{names: map[[sha256.Size]byte]string{}}
+	ks := &keySet{keys: map[[sha256.Size]byte]*apiKey{}}
 	keyLine := map[[sha256.Size]byte]int{}
 	nameLine := map[string]int{}
 	for i, line := range strings.Split(string(b), "\n") {
@@ -100,9 +256,9 @@ func parseKeys(b []byte) (*keySet, error) {
 			return nil, fmt.Errorf("line %d: name %q is also line %d's", n, name, m)
 		}
 		keyLine[sum], nameLine[name] = n, n
-		ks.names[sum] = name
+		ks.keys[sum] = &apiKey{name: name}
 	}
-	if len(ks.names) == 0 {
+	if len(ks.keys) == 0 {
 		return nil, errors.New("no keys: every request would be refused")
 	}
 	return ks, nil
@@ -115,24 +271,23 @@ const (
 	authInvalid = "invalid" // a Bearer credential that is no key of the set
 )
 
-// check returns the name of the key r presents, or why it has none that
-// counts.
-func (ks *keySet) check(r *http.Request) (name, reason string) {
+// check returns the key r presents, or why it has none that counts.
+func (ks *keySet) check(r *http.Request) (k *apiKey, reason string) {
 	v := r.Header["Authorization"]
 	if len(v) != 1 {
-		return "", authMissing // none, or two: which one would be meant?
+		return nil, authMissing // none, or two: which one would be meant?
 	}
 	const scheme = "bearer " // RFC 6750 section 2.1; the scheme is case-insensitive (RFC 9110 section 11.1)
 	h := v[0]
 	if len(h) <= len(scheme) || !strings.EqualFold(h[:len(scheme)], scheme) {
-		return "", authMissing
+		return nil, authMissing
 	}
 	key := strings.TrimLeft(h[len(scheme):], " ")
-	name, ok := ks.names[sha256.Sum256([]byte(key))]
+	k, ok := ks.keys[sha256.Sum256([]byte(key))]
 	if !ok {
-		return "", authInvalid
+		return nil, authInvalid
 	}
-	return name, ""
+	return k, ""
 }
 
 // unauthorized is the 401 of each reason, in OpenAI's error shape (an
@@ -145,13 +300,10 @@ var unauthorized = map[string]*router.APIError{
 		Message: "invalid API key"},
 }
 
-// apiKeyName is the context key of the name of the API key a request
-// presented, which the access log's handler (switched) adds to the line.
-type apiKeyName struct{}
-
 // authorize checks r's API key when keys are on. It returns the request to
-// serve, carrying the key's name for the access log when that is on, or
-// false after answering 401.
+// serve, carrying the key (apiKeyCtx) when the access log is on, which
+// names it, or the key has a grant, which allow checks; or false after
+// answering 401.
 func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
 	ks := g.keys.Load()
 	if ks == nil {
@@ -162,10 +314,10 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) (*http.Reque
 	if logged {
 		start = time.Now()
 	}
-	name, reason := ks.check(r)
+	k, reason := ks.check(r)
 	if reason == "" {
-		if logged {
-			r = r.WithContext(context.WithValue(r.Context(), apiKeyName{}, name))
+		if logged || k.grant != nil {
+			r = r.WithContext(context.WithValue(r.Context(), apiKeyCtx{}, k))
 		}
 		return r, true
 	}

@@ -181,7 +181,7 @@ func TestKeysFileRejected(t *testing.T) {
 	}
 	ks, err := parseKeys([]byte("a " + key + "\r\n" + key + "x\r\n")) // a file from Windows
 	require.NoError(t, err)
-	assert.Len(t, ks.names, 2)
+	assert.Len(t, ks.keys, 2)
 }
 
 // TestAuthConfigRejected: auth and upstream credential files are checked
@@ -221,8 +221,8 @@ func TestREADMEKeysFile(t *testing.T) {
 	ks, err := parseKeys(m[1])
 	require.NoError(t, err)
 	var names []string
-	for _, n := range ks.names {
-		names = append(names, n)
+	for _, k := range ks.keys {
+		names = append(names, k.name)
 	}
 	assert.ElementsMatch(t, []string{"team-a", "ci"}, names)
 }

@@ -260,6 +260,9 @@ func ParseConfig(data []byte) (Config, error) {
 	if c.Auth != nil && c.Auth.KeysFile == "" {
 		return Config{}, errors.New("gateway config: auth: keysFile is required")
 	}
+	if err := checkGrants(c.Auth, c.Pools); err != nil {
+		return Config{}, fmt.Errorf("gateway config: %w", err)
+	}
 	if err := checkHostPort(c.Listen); err != nil {
 		return Config{}, fmt.Errorf("gateway config: listen: %w", err)
 	}

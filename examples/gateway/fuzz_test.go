@@ -89,15 +89,15 @@ func FuzzParseKeys(f *testing.F) {
 			}
 			return
 		}
-		if len(ks.names) != len(keyLines) {
-			t.Fatalf("%d keys taken from %d key lines", len(ks.names), len(keyLines))
+		if len(ks.keys) != len(keyLines) {
+			t.Fatalf("%d keys taken from %d key lines", len(ks.keys), len(keyLines))
 		}
 		seen := map[string]bool{}
-		for _, n := range ks.names {
-			if n == "" || seen[n] {
-				t.Fatalf("name %q empty or given twice", n)
+		for _, k := range ks.keys {
+			if k.name == "" || seen[k.name] {
+				t.Fatalf("name %q empty or given twice", k.name)
 			}
-			seen[n] = true
+			seen[k.name] = true
 		}
 	})
 }

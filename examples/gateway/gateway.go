@@ -162,6 +162,7 @@ func newGateway(cfg Config, log *slog.Logger, access io.Writer) (_ *Gateway, err
 		return nil, err
 	}
 	g.keys.Store(keys)
+	logStray(log, keys)
 
 	if cfg.TLS != nil {
 		cert, err := loadCert(cfg.TLS)
@@ -208,6 +209,7 @@ func newGateway(cfg Config, log *slog.Logger, access io.Writer) (_ *Gateway, err
 		AccessLog:         g.access,
 		RequestID:         requestIDs(cfg.Router.RequestIDs),
 		TracerProvider:    g.tracerProvider(),
+		Allow:             g.allow,
 	})
 	if err != nil {
 		g.closePools()
@@ -644,9 +646,9 @@ func (s switched) Enabled(ctx context.Context, l slog.Level) bool {
 // Handle implements slog.Handler. A request that presented an API key
 // has the key's name in its line as api_key.
 func (s switched) Handle(ctx context.Context, r slog.Record) error {
-	if name, ok := ctx.Value(apiKeyName{}).(string); ok {
+	if k, ok := ctx.Value(apiKeyCtx{}).(*apiKey); ok {
 		r = r.Clone()
-		r.AddAttrs(slog.String("api_key", name))
+		r.AddAttrs(slog.String("api_key", k.name))
 	}
 	return s.h.Handle(ctx, r)
 }

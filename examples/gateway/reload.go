@@ -188,12 +188,13 @@ func (g *Gateway) reload(cfg Config) error {
 	for _, name := range restart {
 		g.log.Warn("config reload: setting takes effect at restart; the running value stays", "setting", name)
 	}
-	apiKeys := 0
+	apiKeys, granted := 0, 0
 	if keys != nil {
-		apiKeys = len(keys.names)
+		apiKeys, granted = len(keys.keys), keys.granted()
 	}
 	g.log.Info("config reloaded", "pools", len(cfg.Pools), "added", added, "removed", removed,
-		"changed", changed, "endpoints", len(all), "new endpoints", newEps, "api keys", apiKeys)
+		"changed", changed, "endpoints", len(all), "new endpoints", newEps, "api keys", apiKeys, "with grants", granted)
+	logStray(g.log, keys)
 	return nil
 }
 
