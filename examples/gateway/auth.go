@@ -46,21 +46,32 @@ type AuthConfig struct {
 	// cannot learn which models it is denied. A request that names no
 	// model (a GET, a non-JSON body), which would take the fallback
 	// pool, is allowed only when the grant lists that pool, and answered
-	// 403 model_required otherwise. A grant that names no key of KeysFile
-	// is logged as a warning rather than refused, so that deleting a
-	// key's line revokes it whatever the grants say.
+	// 403 model_required otherwise. A grant may also limit the key's
+	// requests per minute. A grant that names no key of KeysFile is
+	// logged as a warning rather than refused, so that deleting a key's
+	// line revokes it whatever the grants say.
 	Grants map[string]Grant `yaml:"grants"`
 }
 
-// Grant is what one API key may use (AuthConfig.Grants); it must list
-// something.
+// Grant is what one API key may use (AuthConfig.Grants): models, pools,
+// a rate, or both; it must set something.
 type Grant struct {
 	// Models are client-facing names of the pools: models, adapters and
-	// aliases.
+	// aliases. With neither Models nor Pools the key may use every model.
 	Models []string `yaml:"models"`
 	// Pools are pools every name of which the key may use, names added to
 	// them later included.
 	Pools []string `yaml:"pools"`
+	// RequestsPerMinute, when positive, limits the requests the key may
+	// make (listings included), as a token bucket of Burst requests
+	// refilled evenly at this rate: a request over it is answered 429
+	// rate_limit_exceeded with Retry-After, when the next one would be
+	// taken. A reload that keeps a key's limit keeps what it has used.
+	RequestsPerMinute int `yaml:"requestsPerMinute"`
+	// Burst is how many requests the key may make at once after a quiet
+	// spell; default a tenth of RequestsPerMinute (six seconds' worth),
+	// at least 1.
+	Burst int `yaml:"burst"`
 }
 
 // minKeyLen is the shortest API key taken: a shorter one could be guessed
@@ -82,7 +93,10 @@ type keySet struct {
 // carries it (apiKeyCtx) for the access log and the grant's check.
 type apiKey struct {
 	name  string
-	grant *grant // nil: every model
+	grant *grant  // nil: every model
+	limit *bucket // nil: no rate limit
+	// limitedBy is the attribute of the rate_limited counter's series.
+	limitedBy metric.AddOption
 }
 
 // apiKeyCtx is the context key of a request's *apiKey, set when the
@@ -102,9 +116,10 @@ func (g *grant) allows(rt router.Route) bool {
 }
 
 // loadKeys reads and checks the keys file of a and gives the keys their
-// grants; nil when a is nil (keys off). The grants' models and pools were
-// checked with the configuration (checkGrants).
-func loadKeys(a *AuthConfig) (*keySet, error) {
+// grants; nil when a is nil (keys off). The grants were checked with the
+// configuration (checkGrants). A key of prev, the keys in force, whose
+// rate limit stays keeps its bucket.
+func loadKeys(a *AuthConfig, prev *keySet) (*keySet, error) {
 	if a == nil {
 		return nil, nil
 	}
@@ -126,6 +141,13 @@ func loadKeys(a *AuthConfig) (*keySet, error) {
 			ks.stray = append(ks.stray, name)
 			continue
 		}
+		if gr.RequestsPerMinute > 0 {
+			k.limit = prev.bucket(name, gr)
+			k.limitedBy = metric.WithAttributeSet(attribute.NewSet(attribute.String("api_key", name)))
+		}
+		if len(gr.Models) == 0 && len(gr.Pools) == 0 {
+			continue
+		}
 		ks.anyGrant = true
 		k.grant = &grant{models: make(map[string]bool, len(gr.Models)), pools: make(map[string]bool, len(gr.Pools))}
 		for _, m := range gr.Models {
@@ -139,6 +161,19 @@ func loadKeys(a *AuthConfig) (*keySet, error) {
 	return ks, nil
 }
 
+// bucket returns the bucket of the key named name in ks when it counts
+// gr's limit, a new one otherwise (ks may be nil).
+func (ks *keySet) bucket(name string, gr Grant) *bucket {
+	if ks != nil {
+		for _, k := range ks.keys {
+			if k.name == name && k.limit != nil && k.limit.sameLimit(gr) {
+				return k.limit
+			}
+		}
+	}
+	return newBucket(gr.RequestsPerMinute, burstOf(gr))
+}
+
 // logStray warns of the grants of ks that name no key: a key revoked
 // whose grant stays, or a misspelt name, whose key may use every model.
 func logStray(log *slog.Logger, ks *keySet) {
@@ -148,19 +183,20 @@ func logStray(log *slog.Logger, ks *keySet) {
 	}
 }
 
-// granted counts the keys of ks that have a grant.
+// granted counts the keys of ks that have a grant of models or a limit.
 func (ks *keySet) granted() int {
 	n := 0
 	for _, k := range ks.keys {
-		if k.grant != nil {
+		if k.grant != nil || k.limit != nil {
 			n++
 		}
 	}
 	return n
 }
 
-// checkGrants checks that every grant of a lists something, and only
-// names (models, adapters, aliases) and pools of pools.
+// checkGrants checks that every grant of a sets something, names only
+// names (models, adapters, aliases) and pools of pools, and has no
+// negative limit.
 func checkGrants(a *AuthConfig, pools []PoolConfig) error {
 	if a == nil {
 		return nil
@@ -181,8 +217,15 @@ func checkGrants(a *AuthConfig, pools []PoolConfig) error {
 	}
 	for _, key := range slices.Sorted(maps.Keys(a.Grants)) {
 		gr := a.Grants[key]
-		if len(gr.Models) == 0 && len(gr.Pools) == 0 {
-			return fmt.Errorf("auth.grants.%s: grants nothing; to refuse the key, delete it from auth.keysFile", key)
+		switch {
+		case len(gr.Models) == 0 && len(gr.Pools) == 0 && gr.RequestsPerMinute == 0:
+			return fmt.Errorf("auth.grants.%s: sets nothing (models, pools or requestsPerMinute); to refuse the key, delete it from auth.keysFile", key)
+		case gr.RequestsPerMinute < 0:
+			return fmt.Errorf("auth.grants.%s.requestsPerMinute: %d is negative", key, gr.RequestsPerMinute)
+		case gr.Burst < 0:
+			return fmt.Errorf("auth.grants.%s.burst: %d is negative", key, gr.Burst)
+		case gr.Burst > 0 && gr.RequestsPerMinute == 0:
+			return fmt.Errorf("auth.grants.%s.burst: needs requestsPerMinute", key)
 		}
 		for _, m := range gr.Models {
 			if !names[m] {
@@ -300,10 +343,11 @@ var unauthorized = map[string]*router.APIError{
 		Message: "invalid API key"},
 }
 
-// authorize checks r's API key when keys are on. It returns the request to
-// serve, carrying the key (apiKeyCtx) when the access log is on, which
-// names it, or the key has a grant, which allow checks; or false after
-// answering 401.
+// authorize checks r's API key when keys are on, and takes a request
+// from its rate limit when it has one. It returns the request to serve,
+// carrying the key (apiKeyCtx) when the access log is on, which names it,
+// or the key has a grant of models, which allow checks; or false after
+// answering 401 or 429.
 func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
 	ks := g.keys.Load()
 	if ks == nil {
@@ -315,15 +359,28 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) (*http.Reque
 		start = time.Now()
 	}
 	k, reason := ks.check(r)
-	if reason == "" {
-		if logged || k.grant != nil {
-			r = r.WithContext(context.WithValue(r.Context(), apiKeyCtx{}, k))
-		}
-		return r, true
+	if reason != "" {
+		g.refused.Add(r.Context(), 1, g.refusedBy[reason])
+		w.Header().Set("WWW-Authenticate", `Bearer realm="inferroute"`)
+		g.refuse(w, r, unauthorized[reason], start, logged)
+		return nil, false
 	}
-	g.refused.Add(r.Context(), 1, g.refusedBy[reason])
-	ae := unauthorized[reason]
-	w.Header().Set("WWW-Authenticate", `Bearer realm="inferroute"`)
+	if logged || k.grant != nil {
+		r = r.WithContext(context.WithValue(r.Context(), apiKeyCtx{}, k))
+	}
+	if k.limit != nil {
+		if ok, wait := k.limit.take(g.now()); !ok {
+			g.limited.Add(r.Context(), 1, k.limitedBy)
+			g.refuse(w, r, overLimit(w, k, wait), start, logged)
+			return nil, false
+		}
+	}
+	return r, true
+}
+
+// refuse answers r with ae and, when logged, writes its access log line,
+// timed from start.
+func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, ae *router.APIError, start time.Time, logged bool) {
 	router.WriteError(w, ae)
 	if logged {
 		attrs := []slog.Attr{slog.String("method", clip(r.Method)), slog.String("path", clip(r.URL.Path)),
@@ -334,7 +391,6 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) (*http.Reque
 		attrs = append(attrs, slog.String("error", ae.Message))
 		g.access.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 	}
-	return nil, false
 }
 
 // initAuthMetrics registers inferroute_gateway_unauthorized_total{reason},
@@ -350,7 +406,9 @@ func (g *Gateway) initAuthMetrics() error {
 	for _, reason := range []string{authMissing, authInvalid} {
 		g.refusedBy[reason] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", reason)))
 	}
-	return nil
+	g.limited, err = g.meter.Int64Counter("inferroute.gateway.rate_limited",
+		metric.WithDescription("Requests answered 429 for their API key's requestsPerMinute (auth.grants), by the key's name."))
+	return err
 }
 
 // maxLogValue bounds each client-chosen value of an access log line the

@@ -67,6 +67,10 @@ type Gateway struct {
 	keys      atomic.Pointer[keySet]
 	refused   metric.Int64Counter
 	refusedBy map[string]metric.AddOption
+	// limited counts the requests refused for a key's rate limit, whose
+	// buckets read the time from now (time.Now; tests set their own).
+	limited metric.Int64Counter
+	now     func() time.Time
 	// stopping is set when shutdown begins: /healthz answers 503 from
 	// then on, while the gateway still serves (cfg.ShutdownDelay).
 	stopping atomic.Bool
@@ -120,7 +124,7 @@ func NewGateway(cfg Config, log *slog.Logger) (*Gateway, error) {
 
 // newGateway is NewGateway with the access log's destination.
 func newGateway(cfg Config, log *slog.Logger, access io.Writer) (_ *Gateway, err error) {
-	g := &Gateway{cfg: cfg, log: log, pools: map[string]*pool{}, registry: prometheus.NewRegistry(), created: time.Now()}
+	g := &Gateway{cfg: cfg, log: log, pools: map[string]*pool{}, registry: prometheus.NewRegistry(), created: time.Now(), now: time.Now}
 	g.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	exp, err := otelprom.New(otelprom.WithRegisterer(g.registry))
 	if err != nil {
@@ -157,7 +161,7 @@ func newGateway(cfg Config, log *slog.Logger, access io.Writer) (_ *Gateway, err
 	if err := g.initAuthMetrics(); err != nil {
 		return nil, err
 	}
-	keys, err := loadKeys(cfg.Auth)
+	keys, err := loadKeys(cfg.Auth, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -12,9 +12,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inferroute/inferroute/signals/signalstest"
 )
 
 // TestAPIKeyGrants: a key with a grant uses only what it lists, sees only
@@ -149,7 +152,10 @@ func TestGrantsRejected(t *testing.T) {
 	for _, tc := range []struct{ name, grants, want string }{
 		{"unknown model", "{a: {models: [m, gpt-9]}}", `auth.grants.a.models: "gpt-9" is no model, adapter or alias of any pool`},
 		{"unknown pool", "{a: {pools: [q]}}", `auth.grants.a.pools: "q" is not a pool`},
-		{"nothing granted", "{a: {}}", "auth.grants.a: grants nothing; to refuse the key, delete it from auth.keysFile"},
+		{"nothing granted", "{a: {}}", "auth.grants.a: sets nothing (models, pools or requestsPerMinute); to refuse the key, delete it from auth.keysFile"},
+		{"a negative rate", "{a: {requestsPerMinute: -1}}", "auth.grants.a.requestsPerMinute: -1 is negative"},
+		{"a negative burst", "{a: {requestsPerMinute: 60, burst: -1}}", "auth.grants.a.burst: -1 is negative"},
+		{"a burst without a rate", "{a: {models: [m], burst: 5}}", "auth.grants.a.burst: needs requestsPerMinute"},
 		{"a pool's name as a model", "{a: {models: [p]}}", `"p" is no model, adapter or alias of any pool`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,7 +164,8 @@ func TestGrantsRejected(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
-	for _, grants := range []string{"{a: {models: [m, lora, alias]}}", "{a: {pools: [p]}}", "{b: {models: [m]}}"} {
+	for _, grants := range []string{"{a: {models: [m, lora, alias]}}", "{a: {pools: [p]}}", "{b: {models: [m]}}",
+		"{a: {requestsPerMinute: 60}}", "{a: {requestsPerMinute: 60, burst: 100, pools: [p]}}"} {
 		assert.NoError(t, buildConfig(pools+"auth: {keysFile: "+keys+", grants: "+grants+"}\n"), grants)
 	}
 }
@@ -166,7 +173,7 @@ func TestGrantsRejected(t *testing.T) {
 // TestREADMEGrants: the grants the README shows, with its keys file and
 // the shipped gateway.yaml, do what the README says: team-a lists its two
 // models and gets the quoted 404 for the Qwen model; ci lists the qwen
-// pool's model.
+// pool's model, and gets the quoted 429 after its burst.
 func TestREADMEGrants(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)
@@ -219,4 +226,23 @@ func TestREADMEGrants(t *testing.T) {
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &got))
 	require.NoError(t, json.Unmarshal([]byte(strings.Replace(string(quoted[1]), ",...,", `,"type":"invalid_request_error","param":"model",`, 1)), &want))
 	assert.Equal(t, want.Error, got.Error)
+
+	// ci's rate: a burst of 12 (listings count), then the README's 429.
+	answer := regexp.MustCompile("(?s)```\nHTTP/1.1 429 Too Many Requests\n(.*?)\n\n([{].*?[}])\n```").FindSubmatch(readme)
+	require.NotNil(t, answer, "the README's 429")
+	clock := signalstest.NewClock(time.Unix(1_800_000_000, 0))
+	g.now = clock.Now
+	for i := range 12 {
+		require.Equal(t, 200, serve(httptest.NewRequest(http.MethodGet, "/v1/models", nil), "ci").Code, "request %d of the burst", i)
+	}
+	w = serve(httptest.NewRequest(http.MethodGet, "/v1/models", nil), "ci")
+	require.Equal(t, 429, w.Code)
+	assert.JSONEq(t, string(answer[2]), w.Body.String())
+	for _, field := range strings.Split(string(answer[1]), "\n") {
+		k, v, ok := strings.Cut(field, ": ")
+		require.True(t, ok, field)
+		assert.Equal(t, v, w.Header().Get(k), k)
+	}
+	clock.Advance(500 * time.Millisecond)
+	assert.Equal(t, 200, serve(httptest.NewRequest(http.MethodGet, "/v1/models", nil), "ci").Code, "one every half second")
 }

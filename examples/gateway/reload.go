@@ -86,7 +86,7 @@ func (g *Gateway) reload(cfg Config) error {
 			return err
 		}
 	}
-	keys, err := loadKeys(cfg.Auth)
+	keys, err := loadKeys(cfg.Auth, g.keys.Load())
 	if err != nil {
 		return err
 	}
