@@ -37,24 +37,25 @@ type AuthConfig struct {
 	// log as api_key, never the key. Keys are at least 16 characters of
 	// visible ASCII, each given once, names too. Required.
 	KeysFile string `yaml:"keysFile"`
-	// Grants limits keys to some of the models, by the key's name in
-	// KeysFile. A key without a grant may use every model. A key with one
-	// may use what its grant lists and nothing else: /v1/models lists
-	// only that, and a request for another model is answered 404
-	// model_not_found, word for word as for a model that does not exist
-	// (OpenAI answers a key without access to a model so), so that a key
-	// cannot learn which models it is denied. A request that names no
-	// model (a GET, a non-JSON body), which would take the fallback
-	// pool, is allowed only when the grant lists that pool, and answered
-	// 403 model_required otherwise. A grant may also limit the key's
-	// requests per minute. A grant that names no key of KeysFile is
-	// logged as a warning rather than refused, so that deleting a key's
-	// line revokes it whatever the grants say.
+	// Grants limits keys to some of the models, to a rate, or both, by
+	// the key's name in KeysFile. A key without a grant may use every
+	// model at any rate. A key whose grant lists models or pools may use
+	// those and nothing else: /v1/models lists only those, and a request
+	// for another model is answered 404 model_not_found, word for word as
+	// for a model that does not exist (OpenAI answers a key without
+	// access to a model so), so that a key cannot learn which models it
+	// is denied. A request of such a key that names no model (a GET, a
+	// non-JSON body), which would take the fallback pool, is allowed only
+	// when the grant lists that pool, and answered 403 model_required
+	// otherwise. Grant.RequestsPerMinute limits the key's rate. A grant
+	// that names no key of KeysFile is logged as a warning rather than
+	// refused, so that deleting a key's line revokes it whatever the
+	// grants say.
 	Grants map[string]Grant `yaml:"grants"`
 }
 
-// Grant is what one API key may use (AuthConfig.Grants): models, pools,
-// a rate, or both; it must set something.
+// Grant is what one API key may use (AuthConfig.Grants): models or
+// pools, a rate, or both; it must set one of them.
 type Grant struct {
 	// Models are client-facing names of the pools: models, adapters and
 	// aliases. With neither Models nor Pools the key may use every model.
