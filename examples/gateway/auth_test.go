@@ -44,12 +44,7 @@ func TestAPIKeys(t *testing.T) {
 	var access syncBuf
 	g, err := newGateway(config(authOn, withUpstreamKey), slog.New(slog.DiscardHandler), &access)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	require.NoError(t, g.Start(ctx))
-	t.Cleanup(func() {
-		cancel()
-		_ = g.Close(context.Background())
-	})
+	startT(t, g)
 	serve := func(method, path, authorization string) *httptest.ResponseRecorder {
 		var body io.Reader
 		if method == http.MethodPost {
@@ -63,12 +58,7 @@ func TestAPIKeys(t *testing.T) {
 		g.Handler().ServeHTTP(w, r)
 		return w
 	}
-	lastLine := func() map[string]any {
-		lines := strings.Split(strings.TrimSpace(access.String()), "\n")
-		var m map[string]any
-		require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &m))
-		return m
-	}
+	lastLine := func() map[string]any { return lastAccessLine(t, &access) }
 	refused := func(w *httptest.ResponseRecorder, message string) {
 		t.Helper()
 		require.Equal(t, http.StatusUnauthorized, w.Code, w.Body.String())
@@ -130,6 +120,43 @@ func TestAPIKeys(t *testing.T) {
 	require.Equal(t, 200, serve(http.MethodPost, "/v1/chat/completions", "Bearer client-own").Code)
 	assert.Equal(t, []string{"Bearer client-own"}, <-seen)
 	assert.NotContains(t, lastLine(), "api_key")
+}
+
+// startT starts g and stops it when the test ends.
+func startT(t *testing.T, g *Gateway) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, g.Start(ctx))
+	t.Cleanup(func() {
+		cancel()
+		_ = g.Close(context.Background())
+	})
+}
+
+// lastAccessLine is the last line of an access log, decoded.
+func lastAccessLine(t *testing.T, access *syncBuf) map[string]any {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(access.String()), "\n")
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &m))
+	return m
+}
+
+// listedModels is the ids of g's /v1/models as the API key key sees it.
+func listedModels(t *testing.T, g *Gateway, key string) []string {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodGet, "/v1/models", nil)
+	r.Header.Set("Authorization", "Bearer "+key)
+	w := httptest.NewRecorder()
+	g.Handler().ServeHTTP(w, r)
+	require.Equal(t, 200, w.Code, w.Body.String())
+	var l struct{ Data []struct{ ID string } }
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &l))
+	ids := []string{}
+	for _, d := range l.Data {
+		ids = append(ids, d.ID)
+	}
+	return ids
 }
 
 // headerPod is a model server answering chat completions and /metrics

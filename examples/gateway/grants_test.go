@@ -45,12 +45,7 @@ func TestAPIKeyGrants(t *testing.T) {
 		"    team-a: {models: [sql-lora]}\n    ops: {pools: [llama]}\n    ghost: {models: [e5]}\n"),
 		slog.New(slog.NewJSONHandler(&logs, nil)), &access)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	require.NoError(t, g.Start(ctx))
-	t.Cleanup(func() {
-		cancel()
-		_ = g.Close(context.Background())
-	})
+	startT(t, g)
 	assert.Contains(t, logs.String(), `"names":["ghost"]`, "a grant naming no key is a warning")
 
 	serve := func(method, path, key, model string) *httptest.ResponseRecorder {
@@ -86,27 +81,14 @@ func TestAPIKeyGrants(t *testing.T) {
 		assert.Empty(t, llamaSeen, "not forwarded")
 		assert.Empty(t, embedSeen, "not forwarded")
 	}
-	listed := func(key string) []string {
-		t.Helper()
-		w := serve(http.MethodGet, "/v1/models", key, "")
-		require.Equal(t, 200, w.Code)
-		var l struct{ Data []struct{ ID string } }
-		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &l))
-		ids := []string{}
-		for _, d := range l.Data {
-			ids = append(ids, d.ID)
-		}
-		return ids
-	}
+	listed := func(key string) []string { return listedModels(t, g, key) }
 	all := []string{base, "sql-lora", "llama", "e5"}
 
 	served(chat(teamA, "sql-lora"), llamaSeen)
 	refusedAsUnknown(teamA, "llama")
 	refusedAsUnknown(teamA, base)
 	refusedAsUnknown(teamA, "e5")
-	var line map[string]any
-	lines := strings.Split(strings.TrimSpace(access.String()), "\n")
-	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &line))
+	line := lastAccessLine(t, &access)
 	assert.Equal(t, "team-a", line["api_key"])
 	assert.Equal(t, 404.0, line["status"])
 	assert.Equal(t, []string{"sql-lora"}, listed(teamA))
@@ -206,17 +188,7 @@ func TestREADMEGrants(t *testing.T) {
 		g.Handler().ServeHTTP(w, r)
 		return w
 	}
-	listed := func(name string) []string {
-		w := serve(httptest.NewRequest(http.MethodGet, "/v1/models", nil), name)
-		require.Equal(t, 200, w.Code)
-		var l struct{ Data []struct{ ID string } }
-		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &l))
-		var ids []string
-		for _, d := range l.Data {
-			ids = append(ids, d.ID)
-		}
-		return ids
-	}
+	listed := func(name string) []string { return listedModels(t, g, key(name)) }
 	assert.ElementsMatch(t, []string{"sql-lora", "llama"}, listed("team-a"))
 	assert.Equal(t, []string{"Qwen/Qwen2.5-7B-Instruct"}, listed("ci"))
 	w := serve(httptest.NewRequest(http.MethodPost, "/v1/chat/completions",

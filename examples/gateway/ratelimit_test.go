@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -80,12 +78,7 @@ func TestAPIKeyRateLimit(t *testing.T) {
 	require.NoError(t, err)
 	clock := signalstest.NewClock(time.Unix(1_800_000_000, 0))
 	g.now = clock.Now
-	ctx, cancel := context.WithCancel(context.Background())
-	require.NoError(t, g.Start(ctx))
-	t.Cleanup(func() {
-		cancel()
-		_ = g.Close(context.Background())
-	})
+	startT(t, g)
 	chat := func(key string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
 			strings.NewReader(`{"model":"sql-lora","messages":[{"role":"user","content":"hi"}]}`))
@@ -115,9 +108,7 @@ func TestAPIKeyRateLimit(t *testing.T) {
 	served(ci)
 	served(ci) // the burst
 	limited("2", "2s")
-	lines := strings.Split(strings.TrimSpace(access.String()), "\n")
-	var line map[string]any
-	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &line))
+	line := lastAccessLine(t, &access)
 	assert.Equal(t, "ci", line["api_key"])
 	assert.Equal(t, 429.0, line["status"])
 	for range 5 {

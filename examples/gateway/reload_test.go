@@ -351,12 +351,7 @@ func TestAccessLog(t *testing.T) {
 	var access syncBuf
 	g, err := newGateway(cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), &access)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	require.NoError(t, g.Start(ctx))
-	t.Cleanup(func() {
-		cancel()
-		_ = g.Close(context.Background())
-	})
+	startT(t, g)
 	// ServeHTTP returns after the line is written.
 	chat := func() string { return serveChat(t, g, "llama").Get("X-Request-Id") }
 	lines := func() []map[string]any {
