@@ -107,8 +107,11 @@
 // the client may use it. A refusal is answered before anything is
 // picked; one wrapping ErrModelNotFound is the 404 of an unknown model,
 // word for word, as OpenAI answers a key without access to a model. The
-// listings show each client only what it may use. The example gateway
-// builds its per-key model grants on it.
+// listings show each client only what it may use. Config.Completed hands
+// each answered request's route, status and token usage to the server,
+// with the request (and so its context), for accounting per client. The
+// example gateway builds its per-key model grants, rate limits and token
+// counts on the two.
 //
 // # Observing requests
 //

@@ -256,7 +256,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 				o.Err = fmt.Errorf("%w: %d", ErrUpstreamStatus, rw.status)
 			}
 			d.Done(o)
-			if p.cfg.AccessLog != nil || span != nil {
+			if p.cfg.AccessLog != nil || span != nil || p.cfg.Completed != nil {
 				// The line and the span name the last attempt, with the
 				// usage the next handler reported for it; the status, ttft
 				// and error are what the Middleware saw of the response.

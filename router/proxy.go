@@ -184,6 +184,38 @@ type Config struct {
 	// It must be safe for concurrent use and fast: it runs on every
 	// request, and for a listing once per name of the table.
 	Allow func(r *http.Request, route Route) error
+	// Completed, when not nil, is called once for each request the Proxy
+	// or Middleware answered other than a listing, when it has been
+	// answered (refused ones included), with what the access log says
+	// of it: for accounting per client, such as tokens used per API key
+	// (r's context carries what the server's authentication put there).
+	// It runs on the request's goroutine before ServeHTTP returns, so it
+	// should be quick.
+	Completed func(r *http.Request, c Completion)
+}
+
+// Completion is what a Proxy or Middleware knows of a request it has
+// answered (Config.Completed).
+type Completion struct {
+	// Route is the request's route; its Pool is nil when the request was
+	// refused before it was routed (a malformed body, an unknown model).
+	Route Route
+	// Status is the status answered, 499 when the client went away.
+	Status int
+	// Duration runs from the request's arrival to its end, TTFT to the
+	// answer's first byte (0 when none came, or it was an error's).
+	Duration, TTFT time.Duration
+	// Endpoint is the endpoint that answered or was tried last, nil when
+	// none was; Attempts counts the upstream attempts made.
+	Endpoint *signals.Endpoint
+	Attempts int
+	// PromptTokens, CachedTokens and CompletionTokens are the usage the
+	// response reported, 0 when it reported none (a stream without
+	// stream_options.include_usage, an error).
+	PromptTokens, CachedTokens, CompletionTokens int
+	// Err is why the request was refused or failed; nil when it was
+	// served.
+	Err error
 }
 
 // NewTransport returns a net/http transport for Config.Transport: keep-alive
@@ -444,6 +476,16 @@ func (p *Proxy) report(r *http.Request, c *call, span trace.Span, status int, d,
 	p.inst.request(r.Context(), c, status, d, ttft)
 	if p.cfg.AccessLog != nil {
 		p.logAccess(r, c, status, d, ttft, err)
+	}
+	if p.cfg.Completed != nil {
+		o := &c.outcome
+		why := err
+		if why == nil {
+			why = o.Err
+		}
+		p.cfg.Completed(r, Completion{Route: c.route, Status: status, Duration: d, TTFT: ttft,
+			Endpoint: c.ep, Attempts: c.attempts, PromptTokens: o.PromptTokens, CachedTokens: o.CachedTokens,
+			CompletionTokens: o.CompletionTokens, Err: why})
 	}
 	if span != nil {
 		p.tr.finish(span, c, status, ttft, aborted, err)

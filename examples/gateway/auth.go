@@ -47,7 +47,8 @@ type AuthConfig struct {
 	// is denied. A request of such a key that names no model (a GET, a
 	// non-JSON body), which would take the fallback pool, is allowed only
 	// when the grant lists that pool, and answered 403 model_required
-	// otherwise. Grant.RequestsPerMinute limits the key's rate. A grant
+	// otherwise. Grant.RequestsPerMinute and Grant.TokensPerMinute limit
+	// the key's rate. A grant
 	// that names no key of KeysFile is logged as a warning rather than
 	// refused, so that deleting a key's line revokes it whatever the
 	// grants say.
@@ -73,6 +74,15 @@ type Grant struct {
 	// spell; default a tenth of RequestsPerMinute (six seconds' worth),
 	// at least 1.
 	Burst int `yaml:"burst"`
+	// TokensPerMinute, when positive, limits the model tokens the key may
+	// use (prompt and completion, as the answers' usage reports them),
+	// as a token bucket of a minute's worth refilled evenly: a request
+	// is let through while the bucket holds a token, its answer's usage
+	// is then taken from it, overdrawing it if need be, and a request
+	// while it is empty is answered 429 rate_limit_exceeded (type
+	// tokens) with Retry-After. Answers that report no usage (a stream
+	// without stream_options.include_usage) spend nothing.
+	TokensPerMinute int `yaml:"tokensPerMinute"`
 }
 
 // minKeyLen is the shortest API key taken: a shorter one could be guessed
@@ -93,15 +103,18 @@ type keySet struct {
 // apiKey is what a request's key is known by: the request's context
 // carries it (apiKeyCtx) for the access log and the grant's check.
 type apiKey struct {
-	name  string
-	grant *grant  // nil: every model
-	limit *bucket // nil: no rate limit
-	// limitedBy is the attribute of the rate_limited counter's series.
-	limitedBy metric.AddOption
+	name   string
+	grant  *grant  // nil: every model
+	limit  *bucket // of requests; nil: no limit
+	tokens *bucket // of model tokens; nil: no limit
+	// The attributes of the key's series of the rate_limited (by limit)
+	// and tokens (by kind) counters.
+	limitedBy          [2]metric.AddOption // requests, tokens
+	promptBy, outputBy metric.AddOption
 }
 
-// apiKeyCtx is the context key of a request's *apiKey, set when the
-// access log is on or the key has a grant.
+// apiKeyCtx is the context key of a request's *apiKey, set whenever keys
+// are on.
 type apiKeyCtx struct{}
 
 // grant is a Grant as sets.
@@ -135,6 +148,11 @@ func loadKeys(a *AuthConfig, prev *keySet) (*keySet, error) {
 	byName := make(map[string]*apiKey, len(ks.keys))
 	for _, k := range ks.keys {
 		byName[k.name] = k
+		set := func(kv ...attribute.KeyValue) metric.AddOption {
+			return metric.WithAttributeSet(attribute.NewSet(append(kv, attribute.String("api_key", k.name))...))
+		}
+		k.limitedBy = [2]metric.AddOption{set(attribute.String("limit", limitRequests)), set(attribute.String("limit", limitTokens))}
+		k.promptBy, k.outputBy = set(attribute.String("kind", "prompt")), set(attribute.String("kind", "completion"))
 	}
 	for name, gr := range a.Grants {
 		k := byName[name]
@@ -143,8 +161,10 @@ func loadKeys(a *AuthConfig, prev *keySet) (*keySet, error) {
 			continue
 		}
 		if gr.RequestsPerMinute > 0 {
-			k.limit = prev.bucket(name, gr)
-			k.limitedBy = metric.WithAttributeSet(attribute.NewSet(attribute.String("api_key", name)))
+			k.limit = prev.bucket(name, limitRequests, gr.RequestsPerMinute, burstOf(gr))
+		}
+		if gr.TokensPerMinute > 0 {
+			k.tokens = prev.bucket(name, limitTokens, gr.TokensPerMinute, gr.TokensPerMinute)
 		}
 		if len(gr.Models) == 0 && len(gr.Pools) == 0 {
 			continue
@@ -162,17 +182,22 @@ func loadKeys(a *AuthConfig, prev *keySet) (*keySet, error) {
 	return ks, nil
 }
 
-// bucket returns the bucket of the key named name in ks when it counts
-// gr's limit, a new one otherwise (ks may be nil).
-func (ks *keySet) bucket(name string, gr Grant) *bucket {
+// bucket returns the bucket of the key named name in ks that limits
+// what (limitRequests or limitTokens), when it counts perMinute with
+// burst, and a new one otherwise (ks may be nil).
+func (ks *keySet) bucket(name, what string, perMinute, burst int) *bucket {
 	if ks != nil {
 		for _, k := range ks.keys {
-			if k.name == name && k.limit != nil && k.limit.sameLimit(gr) {
-				return k.limit
+			b := k.limit
+			if what == limitTokens {
+				b = k.tokens
+			}
+			if k.name == name && b != nil && b.counts(perMinute, burst) {
+				return b
 			}
 		}
 	}
-	return newBucket(gr.RequestsPerMinute, burstOf(gr))
+	return newBucket(perMinute, burst)
 }
 
 // logStray warns of the grants of ks that name no key: a key revoked
@@ -188,7 +213,7 @@ func logStray(log *slog.Logger, ks *keySet) {
 func (ks *keySet) granted() int {
 	n := 0
 	for _, k := range ks.keys {
-		if k.grant != nil || k.limit != nil {
+		if k.grant != nil || k.limit != nil || k.tokens != nil {
 			n++
 		}
 	}
@@ -219,10 +244,12 @@ func checkGrants(a *AuthConfig, pools []PoolConfig) error {
 	for _, key := range slices.Sorted(maps.Keys(a.Grants)) {
 		gr := a.Grants[key]
 		switch {
-		case len(gr.Models) == 0 && len(gr.Pools) == 0 && gr.RequestsPerMinute == 0:
-			return fmt.Errorf("auth.grants.%s: sets nothing (models, pools or requestsPerMinute); to refuse the key, delete it from auth.keysFile", key)
+		case len(gr.Models) == 0 && len(gr.Pools) == 0 && gr.RequestsPerMinute == 0 && gr.TokensPerMinute == 0:
+			return fmt.Errorf("auth.grants.%s: sets nothing (models, pools, requestsPerMinute or tokensPerMinute); to refuse the key, delete it from auth.keysFile", key)
 		case gr.RequestsPerMinute < 0:
 			return fmt.Errorf("auth.grants.%s.requestsPerMinute: %d is negative", key, gr.RequestsPerMinute)
+		case gr.TokensPerMinute < 0:
+			return fmt.Errorf("auth.grants.%s.tokensPerMinute: %d is negative", key, gr.TokensPerMinute)
 		case gr.Burst < 0:
 			return fmt.Errorf("auth.grants.%s.burst: %d is negative", key, gr.Burst)
 		case gr.Burst > 0 && gr.RequestsPerMinute == 0:
@@ -344,11 +371,10 @@ var unauthorized = map[string]*router.APIError{
 		Message: "invalid API key"},
 }
 
-// authorize checks r's API key when keys are on, and takes a request
-// from its rate limit when it has one. It returns the request to serve,
-// carrying the key (apiKeyCtx) when the access log is on, which names it,
-// or the key has a grant of models, which allow checks; or false after
-// answering 401 or 429.
+// authorize checks r's API key when keys are on, and the key's rate
+// limits when it has any. It returns the request to serve, carrying the
+// key (apiKeyCtx: for the access log, allow and completed); or false
+// after answering 401 or 429.
 func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
 	ks := g.keys.Load()
 	if ks == nil {
@@ -366,13 +392,18 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) (*http.Reque
 		g.refuse(w, r, unauthorized[reason], start, logged)
 		return nil, false
 	}
-	if logged || k.grant != nil {
-		r = r.WithContext(context.WithValue(r.Context(), apiKeyCtx{}, k))
+	r = r.WithContext(context.WithValue(r.Context(), apiKeyCtx{}, k))
+	if k.tokens != nil {
+		if ok, wait := k.tokens.ready(g.now()); !ok {
+			g.limited.Add(r.Context(), 1, k.limitedBy[1])
+			g.refuse(w, r, overLimit(w, k, k.tokens, limitTokens, wait), start, logged)
+			return nil, false
+		}
 	}
 	if k.limit != nil {
 		if ok, wait := k.limit.take(g.now()); !ok {
-			g.limited.Add(r.Context(), 1, k.limitedBy)
-			g.refuse(w, r, overLimit(w, k, wait), start, logged)
+			g.limited.Add(r.Context(), 1, k.limitedBy[0])
+			g.refuse(w, r, overLimit(w, k, k.limit, limitRequests, wait), start, logged)
 			return nil, false
 		}
 	}
@@ -407,9 +438,32 @@ func (g *Gateway) initAuthMetrics() error {
 	for _, reason := range []string{authMissing, authInvalid} {
 		g.refusedBy[reason] = metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", reason)))
 	}
-	g.limited, err = g.meter.Int64Counter("inferroute.gateway.rate_limited",
-		metric.WithDescription("Requests answered 429 for their API key's requestsPerMinute (auth.grants), by the key's name."))
+	if g.limited, err = g.meter.Int64Counter("inferroute.gateway.rate_limited",
+		metric.WithDescription("Requests answered 429 for their API key's requestsPerMinute or tokensPerMinute (auth.grants), by the key's name and the limit.")); err != nil {
+		return err
+	}
+	g.tokens, err = g.meter.Int64Counter("inferroute.gateway.tokens",
+		metric.WithDescription("Model tokens used by each API key (auth.keysFile), as the answers' usage reports them, by kind: prompt or completion."))
 	return err
+}
+
+// completed is the proxy's router.Config.Completed: with keys on, it
+// counts the tokens of the request's key and takes them from its
+// tokensPerMinute.
+func (g *Gateway) completed(r *http.Request, c router.Completion) {
+	if g.keys.Load() == nil || c.PromptTokens+c.CompletionTokens == 0 {
+		return // keys off: an atomic load
+	}
+	k, _ := r.Context().Value(apiKeyCtx{}).(*apiKey)
+	if k == nil {
+		return
+	}
+	ctx := r.Context()
+	g.tokens.Add(ctx, int64(c.PromptTokens), k.promptBy)
+	g.tokens.Add(ctx, int64(c.CompletionTokens), k.outputBy)
+	if k.tokens != nil {
+		k.tokens.spend(g.now(), c.PromptTokens+c.CompletionTokens)
+	}
 }
 
 // maxLogValue bounds each client-chosen value of an access log line the

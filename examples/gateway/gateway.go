@@ -71,6 +71,8 @@ type Gateway struct {
 	// buckets read the time from now (time.Now; tests set their own).
 	limited metric.Int64Counter
 	now     func() time.Time
+	// tokens counts the model tokens each key used.
+	tokens metric.Int64Counter
 	// stopping is set when shutdown begins: /healthz answers 503 from
 	// then on, while the gateway still serves (cfg.ShutdownDelay).
 	stopping atomic.Bool
@@ -214,6 +216,7 @@ func newGateway(cfg Config, log *slog.Logger, access io.Writer) (_ *Gateway, err
 		RequestID:         requestIDs(cfg.Router.RequestIDs),
 		TracerProvider:    g.tracerProvider(),
 		Allow:             g.allow,
+		Completed:         g.completed,
 	})
 	if err != nil {
 		g.closePools()

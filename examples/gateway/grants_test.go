@@ -134,7 +134,8 @@ func TestGrantsRejected(t *testing.T) {
 	for _, tc := range []struct{ name, grants, want string }{
 		{"unknown model", "{a: {models: [m, gpt-9]}}", `auth.grants.a.models: "gpt-9" is no model, adapter or alias of any pool`},
 		{"unknown pool", "{a: {pools: [q]}}", `auth.grants.a.pools: "q" is not a pool`},
-		{"nothing granted", "{a: {}}", "auth.grants.a: sets nothing (models, pools or requestsPerMinute); to refuse the key, delete it from auth.keysFile"},
+		{"nothing granted", "{a: {}}", "auth.grants.a: sets nothing (models, pools, requestsPerMinute or tokensPerMinute); to refuse the key, delete it from auth.keysFile"},
+		{"a negative token rate", "{a: {tokensPerMinute: -5}}", "auth.grants.a.tokensPerMinute: -5 is negative"},
 		{"a negative rate", "{a: {requestsPerMinute: -1}}", "auth.grants.a.requestsPerMinute: -1 is negative"},
 		{"a negative burst", "{a: {requestsPerMinute: 60, burst: -1}}", "auth.grants.a.burst: -1 is negative"},
 		{"a burst without a rate", "{a: {models: [m], burst: 5}}", "auth.grants.a.burst: needs requestsPerMinute"},
@@ -147,7 +148,7 @@ func TestGrantsRejected(t *testing.T) {
 		})
 	}
 	for _, grants := range []string{"{a: {models: [m, lora, alias]}}", "{a: {pools: [p]}}", "{b: {models: [m]}}",
-		"{a: {requestsPerMinute: 60}}", "{a: {requestsPerMinute: 60, burst: 100, pools: [p]}}"} {
+		"{a: {requestsPerMinute: 60}}", "{a: {requestsPerMinute: 60, burst: 100, pools: [p]}}", "{a: {tokensPerMinute: 1000}}"} {
 		assert.NoError(t, buildConfig(pools+"auth: {keysFile: "+keys+", grants: "+grants+"}\n"), grants)
 	}
 }

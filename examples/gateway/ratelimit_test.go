@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -53,6 +54,21 @@ func TestBucket(t *testing.T) {
 	assert.Equal(t, 60, burstOf(Grant{RequestsPerMinute: 600}), "six seconds' worth")
 	assert.Equal(t, 1, burstOf(Grant{RequestsPerMinute: 5}), "at least one")
 	assert.Equal(t, 7, burstOf(Grant{RequestsPerMinute: 600, Burst: 7}))
+
+	// A bucket of model tokens: used while it holds one, overdrawn by
+	// what the answer spent.
+	tb := newBucket(60, 60)
+	ok, _ = tb.ready(clock.Now())
+	assert.True(t, ok)
+	tb.spend(clock.Now(), 100)
+	ok, wait = tb.ready(clock.Now())
+	assert.False(t, ok)
+	assert.Equal(t, 41*time.Second, wait, "from -40 to 1 at one a second")
+	clock.Advance(41 * time.Second)
+	ok, _ = tb.ready(clock.Now())
+	assert.True(t, ok)
+	ok, _ = tb.ready(clock.Now())
+	assert.True(t, ok, "ready takes nothing")
 }
 
 // TestAPIKeyRateLimit: a key over its requests per minute is answered
@@ -134,4 +150,60 @@ func TestAPIKeyRateLimit(t *testing.T) {
 	w = chat(ci)
 	require.Equal(t, 429, w.Code, "a burst of one: a tenth of 6, at least one")
 	assert.Equal(t, "10", w.Header().Get("Retry-After"))
+}
+
+// TestAPIKeyTokens: every key's model tokens are counted from the
+// answers' usage; a key over its tokens per minute is answered 429 (type
+// tokens) until its bucket, overdrawn by the last answer, holds a token
+// again.
+func TestAPIKeyTokens(t *testing.T) {
+	pod, seen := headerPod(t, "Authorization") // its answer: 12 prompt and 5 completion tokens
+	keys := filepath.Join(t.TempDir(), "keys")
+	const ci, other = "sk-ci-0123456789abcdef", "sk-other-0123456789abcdef"
+	require.NoError(t, os.WriteFile(keys, []byte("ci "+ci+"\nother "+other+"\n"), 0o600))
+	cfg, err := ParseConfig([]byte(gatewayYAML(pod.Listener.Addr().String()) +
+		"auth:\n  keysFile: " + keys + "\n  grants:\n    ci: {tokensPerMinute: 30}\n"))
+	require.NoError(t, err)
+	g, err := newGateway(cfg, slog.New(slog.DiscardHandler), io.Discard)
+	require.NoError(t, err)
+	clock := signalstest.NewClock(time.Unix(1_800_000_000, 0))
+	g.now = clock.Now
+	startT(t, g)
+	chat := func(key string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
+			strings.NewReader(`{"model":"llama","messages":[{"role":"user","content":"hi"}]}`))
+		r.Header.Set("Authorization", "Bearer "+key)
+		w := httptest.NewRecorder()
+		g.Handler().ServeHTTP(w, r)
+		return w
+	}
+	served := func(key string) {
+		t.Helper()
+		w := chat(key)
+		require.Equal(t, 200, w.Code, w.Body.String())
+		<-seen
+	}
+	served(ci) // 30 → 13
+	served(ci) // 13 → -4: a request is let through while a token is left
+	w := chat(ci)
+	require.Equal(t, 429, w.Code)
+	// 5 tokens short of one, at half a token a second.
+	assert.JSONEq(t, `{"error":{"message":"rate limit reached for API key ci: 30 tokens per minute; retry in 10s","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`, w.Body.String())
+	assert.Equal(t, "10", w.Header().Get("Retry-After"))
+	assert.Equal(t, "30", w.Header().Get("X-Ratelimit-Limit-Tokens"))
+	assert.Equal(t, "10s", w.Header().Get("X-Ratelimit-Reset-Tokens"))
+	assert.Empty(t, seen, "not forwarded")
+	served(other)
+	clock.Advance(9 * time.Second)
+	assert.Equal(t, 429, chat(ci).Code)
+	clock.Advance(time.Second)
+	served(ci)
+
+	m := httptest.NewRecorder()
+	g.Handler().ServeHTTP(m, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	metrics := m.Body.String()
+	assert.Regexp(t, `inferroute_gateway_tokens_total\{[^}]*api_key="ci"[^}]*kind="prompt"[^}]*\} 36\n`, metrics)
+	assert.Regexp(t, `inferroute_gateway_tokens_total\{[^}]*api_key="ci"[^}]*kind="completion"[^}]*\} 15\n`, metrics)
+	assert.Regexp(t, `inferroute_gateway_tokens_total\{[^}]*api_key="other"[^}]*kind="prompt"[^}]*\} 12\n`, metrics)
+	assert.Regexp(t, `inferroute_gateway_rate_limited_total\{[^}]*api_key="ci"[^}]*limit="tokens"[^}]*\} 2\n`, metrics)
 }
