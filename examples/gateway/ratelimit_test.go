@@ -95,20 +95,7 @@ func TestAPIKeyRateLimit(t *testing.T) {
 	clock := signalstest.NewClock(time.Unix(1_800_000_000, 0))
 	g.now = clock.Now
 	startT(t, g)
-	chat := func(key string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
-			strings.NewReader(`{"model":"sql-lora","messages":[{"role":"user","content":"hi"}]}`))
-		r.Header.Set("Authorization", "Bearer "+key)
-		w := httptest.NewRecorder()
-		g.Handler().ServeHTTP(w, r)
-		return w
-	}
-	served := func(key string) {
-		t.Helper()
-		w := chat(key)
-		require.Equal(t, 200, w.Code, w.Body.String())
-		<-seen
-	}
+	chat, served := chatAs(t, g, seen, "sql-lora")
 	limited := func(retryAfter, reset string) {
 		t.Helper()
 		w := chat(ci)
@@ -169,20 +156,7 @@ func TestAPIKeyTokens(t *testing.T) {
 	clock := signalstest.NewClock(time.Unix(1_800_000_000, 0))
 	g.now = clock.Now
 	startT(t, g)
-	chat := func(key string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
-			strings.NewReader(`{"model":"llama","messages":[{"role":"user","content":"hi"}]}`))
-		r.Header.Set("Authorization", "Bearer "+key)
-		w := httptest.NewRecorder()
-		g.Handler().ServeHTTP(w, r)
-		return w
-	}
-	served := func(key string) {
-		t.Helper()
-		w := chat(key)
-		require.Equal(t, 200, w.Code, w.Body.String())
-		<-seen
-	}
+	chat, served := chatAs(t, g, seen, "llama")
 	served(ci) // 30 → 13
 	served(ci) // 13 → -4: a request is let through while a token is left
 	w := chat(ci)
@@ -206,4 +180,26 @@ func TestAPIKeyTokens(t *testing.T) {
 	assert.Regexp(t, `inferroute_gateway_tokens_total\{[^}]*api_key="ci"[^}]*kind="completion"[^}]*\} 15\n`, metrics)
 	assert.Regexp(t, `inferroute_gateway_tokens_total\{[^}]*api_key="other"[^}]*kind="prompt"[^}]*\} 12\n`, metrics)
 	assert.Regexp(t, `inferroute_gateway_rate_limited_total\{[^}]*api_key="ci"[^}]*limit="tokens"[^}]*\} 2\n`, metrics)
+}
+
+// chatAs returns two ways to send g a chat completion for model as an API
+// key: chat, which returns the answer, and served, which requires a 200
+// and takes the pod's receipt from seen.
+func chatAs(t *testing.T, g *Gateway, seen chan []string, model string) (
+	chat func(key string) *httptest.ResponseRecorder, served func(key string)) {
+	chat = func(key string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions",
+			strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
+		r.Header.Set("Authorization", "Bearer "+key)
+		w := httptest.NewRecorder()
+		g.Handler().ServeHTTP(w, r)
+		return w
+	}
+	served = func(key string) {
+		t.Helper()
+		w := chat(key)
+		require.Equal(t, 200, w.Code, w.Body.String())
+		<-seen
+	}
+	return chat, served
 }
