@@ -178,11 +178,11 @@ type Config struct {
 	// tell the two apart; any other error is a 403 permission_denied
 	// with its message. Listings ask it too: GET /v1/models lists only
 	// the names whose route r is allowed, and /v1/models/{model} of
-	// another is 404 as if unknown.
-	// It is for per-client model grants (r's context carries whatever
-	// the server's authentication put there); nil allows every route.
-	// It must be safe for concurrent use and fast: it runs on every
-	// request, and for a listing once per name of the table.
+	// another is 404 as if unknown. It is for per-client model grants
+	// (r's context carries whatever the server's authentication put
+	// there); nil allows every route. It must be safe for concurrent use
+	// and fast: it runs on every request, and for a listing once per
+	// name of the table.
 	Allow func(r *http.Request, route Route) error
 	// Completed, when not nil, is called once for each request the Proxy
 	// or Middleware answered other than a listing, when it has been
@@ -198,7 +198,8 @@ type Config struct {
 // answered (Config.Completed).
 type Completion struct {
 	// Route is the request's route; its Pool is nil when the request was
-	// refused before it was routed (a malformed body, an unknown model).
+	// refused before it was routed (a malformed body, an unknown model),
+	// set when it was refused after (by Config.Allow, or shed).
 	Route Route
 	// Status is the status answered, 499 when the client went away.
 	Status int

@@ -52,7 +52,10 @@ func (b *bucket) check(now time.Time, cost float64) (ok bool, wait time.Duration
 		b.tokens -= cost
 		return true, 0
 	}
-	return false, time.Duration(math.Ceil((1 - b.tokens) / b.rate()))
+	// A bucket overdrawn by far more than its rate (tokensPerMinute: 1,
+	// an answer of a million tokens) would wait past what a Duration
+	// holds; 2^62 ns is 146 years.
+	return false, time.Duration(math.Min(math.Ceil((1-b.tokens)/b.rate()), 1<<62))
 }
 
 // spend takes n tokens at now, overdrawing the bucket if need be.

@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -69,6 +70,13 @@ func TestBucket(t *testing.T) {
 	assert.True(t, ok)
 	ok, _ = tb.ready(clock.Now())
 	assert.True(t, ok, "ready takes nothing")
+
+	huge := newBucket(1, 1)
+	huge.spend(clock.Now(), math.MaxInt32)
+	huge.spend(clock.Now(), math.MaxInt32)
+	ok, wait = huge.ready(clock.Now())
+	assert.False(t, ok)
+	assert.Equal(t, time.Duration(1<<62), wait, "capped, not overflowed to a negative wait")
 }
 
 // TestAPIKeyRateLimit: a key over its requests per minute is answered
