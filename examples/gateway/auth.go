@@ -109,8 +109,8 @@ type apiKey struct {
 	tokens *bucket // of model tokens; nil: no limit
 	// The attributes of the key's series of the rate_limited (by limit)
 	// and tokens (by kind) counters.
-	limitedBy          [2]metric.AddOption // requests, tokens
-	promptBy, outputBy metric.AddOption
+	overRequests, overTokens metric.AddOption
+	promptBy, outputBy       metric.AddOption
 }
 
 // apiKeyCtx is the context key of a request's *apiKey, set whenever keys
@@ -151,7 +151,7 @@ func loadKeys(a *AuthConfig, prev *keySet) (*keySet, error) {
 		set := func(kv ...attribute.KeyValue) metric.AddOption {
 			return metric.WithAttributeSet(attribute.NewSet(append(kv, attribute.String("api_key", k.name))...))
 		}
-		k.limitedBy = [2]metric.AddOption{set(attribute.String("limit", limitRequests)), set(attribute.String("limit", limitTokens))}
+		k.overRequests, k.overTokens = set(attribute.String("limit", limitRequests)), set(attribute.String("limit", limitTokens))
 		k.promptBy, k.outputBy = set(attribute.String("kind", "prompt")), set(attribute.String("kind", "completion"))
 	}
 	for name, gr := range a.Grants {
@@ -395,14 +395,14 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request) (*http.Reque
 	r = r.WithContext(context.WithValue(r.Context(), apiKeyCtx{}, k))
 	if k.tokens != nil {
 		if ok, wait := k.tokens.ready(g.now()); !ok {
-			g.limited.Add(r.Context(), 1, k.limitedBy[1])
+			g.limited.Add(r.Context(), 1, k.overTokens)
 			g.refuse(w, r, overLimit(w, k, k.tokens, limitTokens, wait), start, logged)
 			return nil, false
 		}
 	}
 	if k.limit != nil {
 		if ok, wait := k.limit.take(g.now()); !ok {
-			g.limited.Add(r.Context(), 1, k.limitedBy[0])
+			g.limited.Add(r.Context(), 1, k.overRequests)
 			g.refuse(w, r, overLimit(w, k, k.limit, limitRequests, wait), start, logged)
 			return nil, false
 		}
