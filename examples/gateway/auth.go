@@ -93,7 +93,8 @@ const minKeyLen = 16
 // compares digests, so its time tells nothing of how close a wrong key
 // came to a right one, and the keys themselves are not kept.
 type keySet struct {
-	keys map[[sha256.Size]byte]*apiKey
+	keys   map[[sha256.Size]byte]*apiKey
+	byName map[string]*apiKey
 	// stray are the names of AuthConfig.Grants that name no key, sorted:
 	// the callers log them.
 	stray    []string
@@ -145,9 +146,9 @@ func loadKeys(a *AuthConfig, prev *keySet) (*keySet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auth.keysFile %s: %w", a.KeysFile, err)
 	}
-	byName := make(map[string]*apiKey, len(ks.keys))
+	ks.byName = make(map[string]*apiKey, len(ks.keys))
 	for _, k := range ks.keys {
-		byName[k.name] = k
+		ks.byName[k.name] = k
 		set := func(kv ...attribute.KeyValue) metric.AddOption {
 			return metric.WithAttributeSet(attribute.NewSet(append(kv, attribute.String("api_key", k.name))...))
 		}
@@ -155,16 +156,20 @@ func loadKeys(a *AuthConfig, prev *keySet) (*keySet, error) {
 		k.promptBy, k.outputBy = set(attribute.String("kind", "prompt")), set(attribute.String("kind", "completion"))
 	}
 	for name, gr := range a.Grants {
-		k := byName[name]
+		k := ks.byName[name]
 		if k == nil {
 			ks.stray = append(ks.stray, name)
 			continue
 		}
+		var was apiKey // the key of that name in force, if any
+		if prev != nil && prev.byName[name] != nil {
+			was = *prev.byName[name]
+		}
 		if gr.RequestsPerMinute > 0 {
-			k.limit = prev.bucket(name, limitRequests, gr.RequestsPerMinute, burstOf(gr))
+			k.limit = keep(was.limit, gr.RequestsPerMinute, burstOf(gr))
 		}
 		if gr.TokensPerMinute > 0 {
-			k.tokens = prev.bucket(name, limitTokens, gr.TokensPerMinute, gr.TokensPerMinute)
+			k.tokens = keep(was.tokens, gr.TokensPerMinute, gr.TokensPerMinute)
 		}
 		if len(gr.Models) == 0 && len(gr.Pools) == 0 {
 			continue
@@ -182,20 +187,11 @@ func loadKeys(a *AuthConfig, prev *keySet) (*keySet, error) {
 	return ks, nil
 }
 
-// bucket returns the bucket of the key named name in ks that limits
-// what (limitRequests or limitTokens), when it counts perMinute with
-// burst, and a new one otherwise (ks may be nil).
-func (ks *keySet) bucket(name, what string, perMinute, burst int) *bucket {
-	if ks != nil {
-		for _, k := range ks.keys {
-			b := k.limit
-			if what == limitTokens {
-				b = k.tokens
-			}
-			if k.name == name && b != nil && b.counts(perMinute, burst) {
-				return b
-			}
-		}
+// keep returns b, a bucket in force (nil when none), when it counts
+// perMinute with burst, and a new one otherwise.
+func keep(b *bucket, perMinute, burst int) *bucket {
+	if b != nil && b.counts(perMinute, burst) {
+		return b
 	}
 	return newBucket(perMinute, burst)
 }

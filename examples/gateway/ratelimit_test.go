@@ -48,9 +48,14 @@ func TestBucket(t *testing.T) {
 	ok, _ = b.take(clock.Now())
 	assert.False(t, ok, "and no further")
 
-	clock.Advance(-time.Minute) // a clock that steps back gives nothing
+	// A clock that steps back gives nothing, then or on its way forward
+	// again over the minute it had already counted.
+	clock.Advance(-time.Minute)
 	ok, _ = b.take(clock.Now())
 	assert.False(t, ok)
+	clock.Advance(time.Minute)
+	ok, _ = b.take(clock.Now())
+	assert.False(t, ok, "the minute is not counted twice")
 
 	assert.Equal(t, 60, burstOf(Grant{RequestsPerMinute: 600}), "six seconds' worth")
 	assert.Equal(t, 1, burstOf(Grant{RequestsPerMinute: 5}), "at least one")
