@@ -19,7 +19,10 @@
 #      rate of the three by default), so that p99 is the proxy's added time
 #      more than queueing; and, as a control, nginx and the gateway each at
 #      half of its own 220 KB saturation rate, with direct at that rate;
-#   3. unloaded: wrk with one connection.
+#   3. unloaded: wrk with one connection;
+#   and, for the 1 KB ratio, paired slices: nginx, minproxy and the gateway
+#   in turn for SLICE each, PAIRS times, so that each set compares them
+#   over the same few seconds.
 # Pinning: when taskset is present and there are at least 2 CPUs, the load
 # generators run on LOAD_CPUS and every server (backends and proxies) on
 # SERVER_CPUS, so that the load generator does not take CPU from the
@@ -44,7 +47,9 @@
 #              profiles of the gateway taken during its first saturation
 #              run of each body), QUIET (the most steal, in percent of
 #              a CPU set's time, that a round may have to count in the
-#              quiet-rounds summary; 1).
+#              quiet-rounds summary; 1), PAIRS (sets of 1 KB paired
+#              slices; 10, 0 to skip them) and SLICE (each slice's
+#              length; 3s).
 # Everything listens on 127.0.0.1 only.
 set -euo pipefail
 
@@ -58,6 +63,8 @@ FIXED=${FIXED:-1}
 OWN=${OWN:-1}
 LOADS=${LOADS:-0.25 0.5}
 PROFILE=${PROFILE:-0}
+PAIRS=${PAIRS:-10}
+SLICE=${SLICE:-3s}
 QUIET=${QUIET:-1}
 OUT=${OUT:-}
 VEGETA_VERSION=v12.13.0
@@ -304,7 +311,7 @@ run() {
 	local out
 	out=$(BODY_FILE="$WORK/body-$3.json" "${LOAD[@]}" wrk -t"${5:-$THREADS}" -c"${4:-$CONNS}" -d"$DURATION" --latency \
 		-s "$WORK/post.lua" "http://127.0.0.1:$2/v1/chat/completions")
-	echo "$out" >"$WORK/wrk-$1-$3-${4:-$CONNS}.txt"
+	echo "$out" >"$WORK/wrk-$1-$3-${4:-$CONNS}${TAG:+-$TAG}.txt"
 	echo "$out" | awk -v name="$1" -v body="$3" '
 		function ms(v) {
 			if (v ~ /us$/) return substr(v, 1, length(v) - 2) / 1000
@@ -364,6 +371,39 @@ for body in 1KB 220KB; do
 		MEDIANS+=("$(median_round 3 "$name" "$body" "${RESULTS[@]}")") # by req/s
 	done
 done
+
+# Paired slices: the 1 KB ratio again, from short slices in which nginx,
+# minproxy and the gateway take turns (PAIRS sets of SLICE each, the order
+# reversed every other set: nginx minproxy gateway, then gateway minproxy
+# nginx), so that each set's ratio compares the targets over the same few
+# seconds. The rounds above run each target for 10 s some 30 s apart, and
+# on a shared machine the speed the proxies get can change by half in that
+# time (session 51: nginx's server CPU per 1 KB request 57.2 µs in one
+# round and 106.7 in the next), which puts that change into the round's
+# ratio; alternating short slices shares a slow spell between the targets
+# instead, and reversing the order cancels a steady drift within two sets.
+# The ratio of the slices' summed requests is the figure; each set's ratio
+# shows its spread.
+PAIRED=()    # "name 1KB rps p50 p99 errors requests set" of every slice
+PAIREDCPU=() # "name set busy% µs/request" of every slice
+if [ "$PAIRS" -gt 0 ]; then
+	order=(nginx:$NGINX_PORT minproxy:$MINPROXY_PORT gateway:$GATEWAY_PORT)
+	for pset in $(seq 1 "$PAIRS"); do
+		if [ $((pset % 2)) = 0 ]; then turn=("${order[2]}" "${order[1]}" "${order[0]}"); else turn=("${order[@]}"); fi
+		for target in "${turn[@]}"; do
+			name=${target%%:*}
+			port=${target##*:}
+			snap=$(cpu_snapshot)
+			line=$(DURATION=$SLICE TAG=slice$pset run "$name" "$port" 1KB)
+			snap2=$(cpu_snapshot)
+			read -r busy stolen lstolen < <(cpu_shares "$snap" "$snap2")
+			us=$(cpu_per_request "$snap" "$snap2" "${line##* }")
+			log "paired set $pset/$PAIRS: $line (server CPUs ${busy}% busy, $us µs per request)"
+			PAIRED+=("$line $pset")
+			PAIREDCPU+=("$name $pset $busy $us")
+		done
+	done
+fi
 
 # Fixed rate: vegeta sends at a constant rate whatever the answers' latency
 # (an open loop: a slow answer does not delay the next request, so queueing
@@ -560,6 +600,33 @@ printf '%s\n' "${SERVERCPU[@]}" | awk "$AWK_MEDIAN"'
 				body, list, m, (m >= 0.5 ? "met" : "NOT met")
 		}
 	}'
+if [ "$PAIRS" -gt 0 ]; then
+	echo
+	echo "1KB paired slices: wrk -t$THREADS -c$CONNS -d$SLICE, $PAIRS sets of nginx, minproxy and the gateway in turn (the order reversed every other set)"
+	printf '%s\n' "${PAIRED[@]}" | awk "$AWK_MEDIAN"'
+		{ rps[$1, $8] = $3; reqs[$1] += $7; if ($8 > sets) sets = $8 }
+		END {
+			for (t = 1; t <= 2; t++) {
+				n = (t == 1) ? "gateway" : "minproxy"
+				list = ""
+				for (s = 1; s <= sets; s++) list = list sprintf(" %.3f", rps["nginx", s] > 0 ? rps[n, s] / rps["nginx", s] : 0)
+				ratio = (reqs["nginx"] > 0 ? reqs[n] / reqs["nginx"] : 0)
+				if (n == "gateway")
+					printf "1KB paired: gateway/nginx requests in all slices = %.3f (target >= 0.5: %s); by set:%s; median %.3f\n",
+						ratio, (ratio >= 0.5 ? "met" : "NOT met"), list, median(list)
+				else
+					printf "1KB paired: minproxy/nginx requests in all slices = %.3f; by set:%s; median %.3f\n", ratio, list, median(list)
+			}
+		}'
+	printf '%s\n' "${PAIREDCPU[@]}" | awk "$AWK_MEDIAN"'
+		{ us[$1, $2] = $4; l[$1] = l[$1] sprintf(" %.1f", $4); if ($2 > sets) sets = $2 }
+		END {
+			printf "1KB paired: server CPU per request by set (µs): nginx%s; minproxy%s; gateway%s\n", l["nginx"], l["minproxy"], l["gateway"]
+			list = ""
+			for (s = 1; s <= sets; s++) list = list sprintf(" %.3f", us["gateway", s] > 0 ? us["nginx", s] / us["gateway", s] : 0)
+			printf "1KB paired: nginx/gateway server CPU per request by set:%s; median %.3f\n", list, median(list)
+		}'
+fi
 if [ "$FIXED" = 1 ]; then
 	echo
 	echo "fixed rate: vegeta attack -rate R/1s -duration $DURATION -max-connections $CONNS (open loop), median of $ROUNDS rounds by p99; body@R: ${RATES[*]} req/s"
