@@ -603,8 +603,22 @@ printf '%s\n' "${SERVERCPU[@]}" | awk "$AWK_MEDIAN"'
 if [ "$PAIRS" -gt 0 ]; then
 	echo
 	echo "1KB paired slices: wrk -t$THREADS -c$CONNS -d$SLICE, $PAIRS sets of nginx, minproxy and the gateway in turn (the order reversed every other set)"
+	# The interval: the ratio of the summed requests over 2000 resamples
+	# of the sets with replacement (a percentile bootstrap, with a fixed
+	# seed so that the same slices print the same interval); how far the
+	# figure could move with other sets of the same machine.
 	printf '%s\n' "${PAIRED[@]}" | awk "$AWK_MEDIAN"'
-		{ rps[$1, $8] = $3; reqs[$1] += $7; if ($8 > sets) sets = $8 }
+		{ rps[$1, $8] = $3; req[$1, $8] = $7; reqs[$1] += $7; if ($8 > sets) sets = $8 }
+		function interval(n,   b, i, s, num, den, r, k, lo, hi, t, j) {
+			srand(1)
+			for (b = 0; b < 2000; b++) {
+				num = den = 0
+				for (i = 0; i < sets; i++) { s = 1 + int(rand() * sets); num += req[n, s]; den += req["nginx", s] }
+				r[b] = (den > 0 ? num / den : 0)
+			}
+			for (i = 1; i < 2000; i++) for (j = i; j > 0 && r[j - 1] > r[j]; j--) { t = r[j]; r[j] = r[j - 1]; r[j - 1] = t }
+			return sprintf("%.3f-%.3f", r[49], r[1949])
+		}
 		END {
 			for (t = 1; t <= 2; t++) {
 				n = (t == 1) ? "gateway" : "minproxy"
@@ -612,10 +626,10 @@ if [ "$PAIRS" -gt 0 ]; then
 				for (s = 1; s <= sets; s++) list = list sprintf(" %.3f", rps["nginx", s] > 0 ? rps[n, s] / rps["nginx", s] : 0)
 				ratio = (reqs["nginx"] > 0 ? reqs[n] / reqs["nginx"] : 0)
 				if (n == "gateway")
-					printf "1KB paired: gateway/nginx requests in all slices = %.3f (target >= 0.5: %s); by set:%s; median %.3f\n",
-						ratio, (ratio >= 0.5 ? "met" : "NOT met"), list, median(list)
+					printf "1KB paired: gateway/nginx requests in all slices = %.3f (target >= 0.5: %s; 95%% bootstrap interval over the sets %s); by set:%s; median %.3f\n",
+						ratio, (ratio >= 0.5 ? "met" : "NOT met"), interval(n), list, median(list)
 				else
-					printf "1KB paired: minproxy/nginx requests in all slices = %.3f; by set:%s; median %.3f\n", ratio, list, median(list)
+					printf "1KB paired: minproxy/nginx requests in all slices = %.3f (95%% interval %s); by set:%s; median %.3f\n", ratio, interval(n), list, median(list)
 			}
 		}'
 	printf '%s\n' "${PAIREDCPU[@]}" | awk "$AWK_MEDIAN"'
