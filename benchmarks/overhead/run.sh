@@ -328,6 +328,19 @@ run() {
 		/ requests in / { reqs = $1 }
 		END { printf "%s %s %.0f %.3f %.3f %d %d\n", name, body, rps, p50, p99, errs, reqs }'
 }
+# measure NAME PORT BODY [CONNS THREADS] makes one run between two readings
+# of /proc/stat and leaves its result line in M_LINE, the server CPUs'
+# busy and stolen shares and the load CPUs' stolen share in M_BUSY,
+# M_STOLEN and M_LSTOLEN (percent), and the server CPU per request in
+# M_US (microseconds).
+measure() {
+	local snap snap2
+	snap=$(cpu_snapshot)
+	M_LINE=$(run "$@")
+	snap2=$(cpu_snapshot)
+	read -r M_BUSY M_STOLEN M_LSTOLEN < <(cpu_shares "$snap" "$snap2")
+	M_US=$(cpu_per_request "$snap" "$snap2" "${M_LINE##* }")
+}
 
 RESULTS=()
 STEAL=()     # "phase name body round server% load%" (steal) of every loaded round
@@ -344,15 +357,11 @@ for round in $(seq 1 "$ROUNDS"); do
 				secs=$((secs > 4 ? secs - 2 : 2))
 				curl -s -o "$WORK/gateway-$body.pprof" "http://127.0.0.1:$PPROF_PORT/debug/pprof/profile?seconds=$secs" &
 			fi
-			snap=$(cpu_snapshot)
-			line=$(run "$name" "$port" "$body")
-			snap2=$(cpu_snapshot)
-			read -r busy stolen lstolen < <(cpu_shares "$snap" "$snap2")
-			us=$(cpu_per_request "$snap" "$snap2" "${line##* }")
-			log "  $line (server CPUs ${busy}% busy, ${stolen}% stolen, $us µs per request; load CPUs ${lstolen}% stolen)"
-			RESULTS+=("$line")
-			STEAL+=("saturation $name $body $round $stolen $lstolen")
-			SERVERCPU+=("$name $body $round $busy $us")
+			measure "$name" "$port" "$body"
+			log "  $M_LINE (server CPUs ${M_BUSY}% busy, ${M_STOLEN}% stolen, $M_US µs per request; load CPUs ${M_LSTOLEN}% stolen)"
+			RESULTS+=("$M_LINE")
+			STEAL+=("saturation $name $body $round $M_STOLEN $M_LSTOLEN")
+			SERVERCPU+=("$name $body $round $M_BUSY $M_US")
 		done
 	done
 done
@@ -393,14 +402,10 @@ if [ "$PAIRS" -gt 0 ]; then
 		for target in "${turn[@]}"; do
 			name=${target%%:*}
 			port=${target##*:}
-			snap=$(cpu_snapshot)
-			line=$(DURATION=$SLICE TAG=slice$pset run "$name" "$port" 1KB)
-			snap2=$(cpu_snapshot)
-			read -r busy stolen lstolen < <(cpu_shares "$snap" "$snap2")
-			us=$(cpu_per_request "$snap" "$snap2" "${line##* }")
-			log "paired set $pset/$PAIRS: $line (server CPUs ${busy}% busy, $us µs per request)"
-			PAIRED+=("$line $pset")
-			PAIREDCPU+=("$name $pset $busy $us")
+			DURATION=$SLICE TAG=slice$pset measure "$name" "$port" 1KB
+			log "paired set $pset/$PAIRS: $M_LINE (server CPUs ${M_BUSY}% busy, $M_US µs per request)"
+			PAIRED+=("$M_LINE $pset")
+			PAIREDCPU+=("$name $pset $M_BUSY $M_US")
 		done
 	done
 fi
