@@ -614,7 +614,14 @@ if [ "$PAIRS" -gt 0 ]; then
 	# figure could move with other sets of the same machine.
 	printf '%s\n' "${PAIRED[@]}" | awk "$AWK_MEDIAN"'
 		{ rps[$1, $8] = $3; req[$1, $8] = $7; reqs[$1] += $7; if ($8 > sets) sets = $8 }
-		function interval(n,   b, i, s, num, den, r, k, lo, hi, t, j) {
+		# ratio(n): the requests of target n in all slices over those of nginx.
+		function ratio(n) { return reqs["nginx"] > 0 ? reqs[n] / reqs["nginx"] : 0 }
+		# bysets(n): in each set, the requests/s of target n over those of nginx.
+		function bysets(n,   s, list) {
+			for (s = 1; s <= sets; s++) list = list sprintf(" %.3f", rps["nginx", s] > 0 ? rps[n, s] / rps["nginx", s] : 0)
+			return list
+		}
+		function interval(n,   b, i, j, s, num, den, r, t) {
 			srand(1)
 			for (b = 0; b < 2000; b++) {
 				num = den = 0
@@ -625,17 +632,10 @@ if [ "$PAIRS" -gt 0 ]; then
 			return sprintf("%.3f-%.3f", r[49], r[1949])
 		}
 		END {
-			for (t = 1; t <= 2; t++) {
-				n = (t == 1) ? "gateway" : "minproxy"
-				list = ""
-				for (s = 1; s <= sets; s++) list = list sprintf(" %.3f", rps["nginx", s] > 0 ? rps[n, s] / rps["nginx", s] : 0)
-				ratio = (reqs["nginx"] > 0 ? reqs[n] / reqs["nginx"] : 0)
-				if (n == "gateway")
-					printf "1KB paired: gateway/nginx requests in all slices = %.3f (target >= 0.5: %s; 95%% bootstrap interval over the sets %s); by set:%s; median %.3f\n",
-						ratio, (ratio >= 0.5 ? "met" : "NOT met"), interval(n), list, median(list)
-				else
-					printf "1KB paired: minproxy/nginx requests in all slices = %.3f (95%% interval %s); by set:%s; median %.3f\n", ratio, interval(n), list, median(list)
-			}
+			printf "1KB paired: gateway/nginx requests in all slices = %.3f (target >= 0.5: %s; 95%% bootstrap interval over the sets %s); by set:%s; median %.3f\n",
+				ratio("gateway"), (ratio("gateway") >= 0.5 ? "met" : "NOT met"), interval("gateway"), bysets("gateway"), median(bysets("gateway"))
+			printf "1KB paired: minproxy/nginx requests in all slices = %.3f (95%% interval %s); by set:%s; median %.3f\n",
+				ratio("minproxy"), interval("minproxy"), bysets("minproxy"), median(bysets("minproxy"))
 		}'
 	printf '%s\n' "${PAIREDCPU[@]}" | awk "$AWK_MEDIAN"'
 		{ us[$1, $2] = $4; l[$1] = l[$1] sprintf(" %.1f", $4); if ($2 > sets) sets = $2 }
