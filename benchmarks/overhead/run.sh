@@ -555,22 +555,25 @@ printf '%s\n' "${MEDIANS[@]}" | awk '
 				body, ratio, (ratio >= 0.5 ? "met" : "NOT met"), (rps[x] > 0 ? rps[m] / rps[x] : 0), (rps[x] > 0 ? rps[h] / rps[x] : 0), p99[g] - p99[d]
 		}
 	}'
-# Each round's ratio, to show the noise the medians smooth. RESULTS is in
-# round order, so the n-th line of a target and body is its round n.
-printf '%s\n' "${RESULTS[@]}" | awk '
+# Each round's ratio, to show the noise the medians smooth, and the median
+# of those ratios: the figure above divides the median of the gateway's
+# rounds by the median of nginx's, which may come from different rounds
+# (at 21:10Z on 12-05, rounds of 0.602, 0.365 and 0.623 printed 0.413), so
+# the median of ratios taken within a round is printed beside it. RESULTS
+# is in round order, so the n-th line of a target and body is its round n.
+printf '%s\n' "${RESULTS[@]}" | awk "$AWK_MEDIAN"'
 	{ r = seen[$2 "/" $1]++; rps[$2 "/" $1, r] = $3; if (r + 1 > rounds) rounds = r + 1 }
 	END {
 		for (b = 1; b <= 2; b++) {
 			body = (b == 1) ? "1KB" : "220KB"
-			line = body " gateway/nginx req/s by round:"
-			mline = body " minproxy/nginx req/s by round:"
+			glist = ""; mlist = ""
 			for (r = 0; r < rounds; r++) {
 				x = rps[body "/nginx", r]
-				line = line sprintf(" %.3f", x > 0 ? rps[body "/gateway", r] / x : 0)
-				mline = mline sprintf(" %.3f", x > 0 ? rps[body "/minproxy", r] / x : 0)
+				glist = glist sprintf(" %.3f", x > 0 ? rps[body "/gateway", r] / x : 0)
+				mlist = mlist sprintf(" %.3f", x > 0 ? rps[body "/minproxy", r] / x : 0)
 			}
-			print line
-			print mline
+			printf "%s gateway/nginx req/s by round:%s; median %.3f\n", body, glist, median(glist)
+			printf "%s minproxy/nginx req/s by round:%s; median %.3f\n", body, mlist, median(mlist)
 		}
 	}'
 # The same comparison by CPU instead of by rate: each round's busy time of
