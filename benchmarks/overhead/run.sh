@@ -563,17 +563,23 @@ printf '%s\n' "${MEDIANS[@]}" | awk '
 # is in round order, so the n-th line of a target and body is its round n.
 printf '%s\n' "${RESULTS[@]}" | awk "$AWK_MEDIAN"'
 	{ r = seen[$2 "/" $1]++; rps[$2 "/" $1, r] = $3; if (r + 1 > rounds) rounds = r + 1 }
+	# byround(body, n): in each round, the requests/s of target n over
+	# those of nginx.
+	function byround(body, n,   r, x, list) {
+		for (r = 0; r < rounds; r++) {
+			x = rps[body "/nginx", r]
+			list = list sprintf(" %.3f", x > 0 ? rps[body "/" n, r] / x : 0)
+		}
+		return list
+	}
 	END {
 		for (b = 1; b <= 2; b++) {
 			body = (b == 1) ? "1KB" : "220KB"
-			glist = ""; mlist = ""
-			for (r = 0; r < rounds; r++) {
-				x = rps[body "/nginx", r]
-				glist = glist sprintf(" %.3f", x > 0 ? rps[body "/gateway", r] / x : 0)
-				mlist = mlist sprintf(" %.3f", x > 0 ? rps[body "/minproxy", r] / x : 0)
+			for (t = 1; t <= 2; t++) {
+				n = (t == 1) ? "gateway" : "minproxy"
+				list = byround(body, n)
+				printf "%s %s/nginx req/s by round:%s; median %.3f\n", body, n, list, median(list)
 			}
-			printf "%s gateway/nginx req/s by round:%s; median %.3f\n", body, glist, median(glist)
-			printf "%s minproxy/nginx req/s by round:%s; median %.3f\n", body, mlist, median(mlist)
 		}
 	}'
 # The same comparison by CPU instead of by rate: each round's busy time of
