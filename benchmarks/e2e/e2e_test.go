@@ -61,8 +61,11 @@ func TestChaosShort(t *testing.T) {
 	for _, k := range r.Kills {
 		assert.False(t, k.At.IsZero(), k.Pod)
 		assert.False(t, k.RestartAt.IsZero(), k.Pod)
-		if !k.FirstConnectError.IsZero() {
-			assert.False(t, k.MarkedDown.IsZero(), "%s: a connect error seen but never reported", k.Pod)
+		if !k.FirstConnectError.IsZero() && !assert.False(t, k.MarkedDown.IsZero(), "%s: a connect error seen but never reported", k.Pod) {
+			logTraffic(t, r, k)
+		}
+		if k.MarkedDown.After(k.RestartAt) {
+			t.Logf("%s: its first connect error reached Done %v after the restart", k.Pod, k.MarkedDown.Sub(k.RestartAt))
 		}
 		assert.Zero(t, k.Picks, "%s: picks begun after its mark-down chose it", k.Pod)
 		assert.Less(t, k.OutOfRotation(), time.Second, "%s kept receiving traffic", k.Pod)
@@ -72,6 +75,24 @@ func TestChaosShort(t *testing.T) {
 			// mark is still sent.
 			t.Logf("%s: %d retries on stale fallbacks after its mark-down; traffic up to %v after its first connect error",
 				k.Pod, k.Retries, k.OutOfRotation())
+		}
+	}
+}
+
+// logTraffic logs what the gateway sent to k's pod and what its picker
+// accounted for it, from the kill on, for a failed chaos check.
+func logTraffic(t *testing.T, r *ChaosResult, k Kill) {
+	t.Helper()
+	for _, a := range r.Attempts {
+		if a.Address == k.Address && !a.End.Before(k.At) {
+			t.Logf("%s attempt: sent %v after the kill, ended %v after, connect error %t %q",
+				k.Pod, a.At.Sub(k.At), a.End.Sub(k.At), a.ConnectError, a.Err)
+		}
+	}
+	for _, c := range r.Completions {
+		if c.Address == k.Address && !c.At.Before(k.At) {
+			t.Logf("%s accounted %v after the kill: dispatch %t, retry %t, ok %t, connect error %t",
+				k.Pod, c.At.Sub(k.At), c.Dispatch, c.Retry, c.OK, c.ConnectError)
 		}
 	}
 }
