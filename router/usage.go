@@ -19,12 +19,14 @@ func (u usage) apply(o *signals.Outcome) {
 // (chat completions, completions, embeddings), or input_tokens,
 // output_tokens and input_tokens_details.cached_tokens (responses, whose
 // stream carries it in the "response" object of its response.completed
-// event). A null or absent usage is not ok.
+// event). A null or absent usage is not ok. Where a key repeats, the last
+// counts, as encoding/json reads it. The usage is looked for from the end
+// of obj (lateField), so a long answer before it costs nothing.
 func parseUsage(obj []byte) (usage, bool) {
 	var u usage
-	v0, v1, found := findField(obj, "usage")
+	v0, v1, found := lateField(obj, "usage")
 	if !found || obj[v0] != '{' {
-		if r0, r1, ok := findField(obj, "response"); ok && obj[r0] == '{' {
+		if r0, r1, ok := lateField(obj, "response"); ok && obj[r0] == '{' {
 			return parseUsage(obj[r0:r1])
 		}
 		return u, false
@@ -38,7 +40,7 @@ func parseUsage(obj []byte) (usage, bool) {
 			u.completion, _ = intValue(v[a:b])
 		case "prompt_tokens_details", "input_tokens_details":
 			d := v[a:b]
-			if c0, c1, ok := findField(d, "cached_tokens"); ok {
+			if c0, c1, ok := lastField(d, "cached_tokens"); ok {
 				u.cached, _ = intValue(d[c0:c1])
 			}
 		}
