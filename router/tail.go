@@ -51,8 +51,8 @@ func tailField(obj []byte, key string) (v0, v1 int, found, sure bool) {
 	if open == len(obj) || obj[open] != '{' {
 		return 0, 0, false, false
 	}
-	i := trimBlanks(obj, len(obj))
-	if i <= open+1 || obj[i-1] != '}' {
+	i := trimBlanks(obj, len(obj)) // > open: obj[open] is '{'
+	if obj[i-1] != '}' {
 		return 0, 0, false, false
 	}
 	i = trimBlanks(obj, i-1)
@@ -70,11 +70,11 @@ func tailField(obj []byte, key string) (v0, v1 int, found, sure bool) {
 			return 0, 0, false, false
 		}
 		i = trimBlanks(obj, i-1)
-		if i <= open+1 || obj[i-1] != '"' {
+		if obj[i-1] != '"' {
 			return 0, 0, false, false
 		}
 		q := stringStart(obj, i-1)
-		if q <= open {
+		if q < 0 {
 			return 0, 0, false, false
 		}
 		k := obj[q+1 : i-1]
@@ -111,14 +111,11 @@ func trimBlanks(b []byte, i int) int {
 }
 
 // valueStart returns the offset of the first byte of the JSON value that
-// ends just before end, read backwards, or -1 when there is none: a string
-// from its closing quote, an object or array by matching brackets (and
-// skipping the strings inside, whose brackets do not count), a literal or
-// number as the run of the bytes that spell them.
+// ends just before end (> 0), read backwards, or -1 when there is none: a
+// string from its closing quote, an object or array by matching brackets
+// (and skipping the strings inside, whose brackets do not count), a
+// literal or number as the run of the bytes that spell them.
 func valueStart(b []byte, end int) int {
-	if end <= 0 {
-		return -1
-	}
 	switch c := b[end-1]; c {
 	case '"':
 		return stringStart(b, end-1)
