@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/inferroute/inferroute/internal/rawio"
 	"io"
 	"net"
 	"net/http"
@@ -53,6 +54,11 @@ var errStaleConn = errors.New("inferroute router: keep-alive connection closed b
 //
 // A cancelled context closes the exchange's connection, so both a blocked
 // write and a blocked read return.
+//
+// On Linux its connections read and write with raw system calls
+// (internal/rawio), so that a proxy going from idle to busy does not wake
+// the runtime's sysmon into polling; the large body goes out in one raw
+// writev.
 type h1Client struct {
 	dialer      net.Dialer
 	maxIdle     int
@@ -82,6 +88,13 @@ type h1Host struct {
 	mu    sync.Mutex
 	idle  []*h1Conn
 	timer *time.Timer
+}
+
+// buffersWriter is a connection that writes net.Buffers with one writev of
+// its own (rawio.Conn): net.Buffers.WriteTo uses writev only for net's
+// own connection types and writes a buffer at a time to any other.
+type buffersWriter interface {
+	WriteBuffers(*net.Buffers) (int64, error)
 }
 
 // h1Conn is one upstream connection with its buffers.
@@ -139,6 +152,7 @@ func (t *h1Client) get(ctx context.Context, h *h1Host, addr string, fresh bool) 
 	if err != nil {
 		return nil, err
 	}
+	nc = rawio.Wrap(nc)
 	pc := &h1Conn{host: h, nc: nc}
 	pc.br = bufio.NewReaderSize(pc, 32<<10) // through pc.Read, which watches the context
 	pc.abort = pc.interrupt                 // bound once, not per exchange
@@ -385,7 +399,11 @@ func (pc *h1Conn) exchange(t *h1Client, ctx context.Context, req *h1Request) (*h
 		pc.iov = [2][]byte{b, req.body}
 		pc.bufs = pc.iov[:]
 		for {
-			_, err = pc.bufs.WriteTo(pc.nc)
+			if bw, ok := pc.nc.(buffersWriter); ok {
+				_, err = bw.WriteBuffers(&pc.bufs)
+			} else {
+				_, err = pc.bufs.WriteTo(pc.nc)
+			}
 			if err == nil || !pc.escalate(err) {
 				break
 			}

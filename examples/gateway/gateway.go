@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/inferroute/inferroute/internal/rawio"
 	"io"
 	"log/slog"
 	"maps"
@@ -513,6 +514,7 @@ type runOptions struct {
 // It returns nil after a clean drain. A demo mode (or a test) can call it
 // with its own listener and configuration.
 func run(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger, opts runOptions) error {
+	ln = rawio.Listener{Listener: ln}
 	access := opts.access
 	if access == nil {
 		access = os.Stdout

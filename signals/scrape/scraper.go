@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/inferroute/inferroute/internal/rawio"
 	"io"
 	"log/slog"
 	"math"
@@ -306,8 +307,18 @@ func New(cfg Config, opts ...Option) (*Scraper, error) {
 }
 
 func defaultClient(timeout time.Duration) *http.Client {
+	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
 	return &http.Client{Transport: &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
+		// Raw reads and writes on Linux (internal/rawio): a scrape of an
+		// idle gateway is its first system call after a gap, which would
+		// wake the runtime's sysmon into polling.
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return rawio.Wrap(c), nil
+		},
 		MaxIdleConnsPerHost: 2,
 		IdleConnTimeout:     90 * time.Second,
 	}}
