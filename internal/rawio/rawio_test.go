@@ -190,6 +190,25 @@ func TestPeerReset(t *testing.T) {
 	}
 }
 
+func TestWriteAfterReset(t *testing.T) {
+	w, p := pair(t)
+	p.(*net.TCPConn).SetLinger(0)
+	p.Close()
+	time.Sleep(10 * time.Millisecond)
+	// The first write may still go out; the reset it draws makes the
+	// next fail (EPIPE or ECONNRESET, and a SIGPIPE the runtime ignores
+	// for sockets, as it does for net's own writes).
+	var err error
+	for i := 0; i < 10 && err == nil; i++ {
+		_, err = w.Write([]byte("after the reset"))
+		time.Sleep(5 * time.Millisecond)
+	}
+	var se *os.SyscallError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "write tcp") {
+		t.Fatalf("Write after a reset = %v; want a *net.OpError around a write *os.SyscallError", err)
+	}
+}
+
 func TestHTTPServerAndClient(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
