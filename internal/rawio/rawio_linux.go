@@ -31,11 +31,11 @@ type Conn struct {
 	readFn func(uintptr) bool
 
 	wmu      sync.Mutex
-	wbuf     []byte
+	one      [1][]byte   // Write's buffer, as single's backing array
+	single   net.Buffers // Write's one buffer, for writev
 	wbufs    *net.Buffers
 	wn       int64
 	werrno   syscall.Errno
-	writeFn  func(uintptr) bool
 	writevFn func(uintptr) bool
 	iov      [8]syscall.Iovec
 }
@@ -52,7 +52,7 @@ func Wrap(c net.Conn) net.Conn {
 		return c
 	}
 	rw := &Conn{tc: tc, rc: rc}
-	rw.readFn, rw.writeFn, rw.writevFn = rw.read, rw.write, rw.writev
+	rw.readFn, rw.writevFn = rw.read, rw.writev
 	return rw
 }
 
@@ -68,11 +68,8 @@ func (c *Conn) Read(p []byte) (int, error) {
 	n, errno := c.rn, c.rerrno
 	c.rbuf = nil
 	c.rmu.Unlock()
-	if err == nil && errno != 0 {
-		err = os.NewSyscallError("read", errno)
-	}
-	if err != nil {
-		return 0, c.opError("read", err)
+	if err := c.failed("read", "read", err, errno); err != nil {
+		return 0, err
 	}
 	if n == 0 {
 		return 0, io.EOF
@@ -107,57 +104,31 @@ func (c *Conn) Write(p []byte) (int, error) {
 		return 0, nil
 	}
 	c.wmu.Lock()
-	c.wbuf, c.wn, c.werrno = p, 0, 0
-	err := c.rc.Write(c.writeFn)
-	n, errno := int(c.wn), c.werrno
-	c.wbuf = nil
+	c.one[0] = p
+	c.single = c.one[:]
+	n, err := c.writeLocked(&c.single, "write")
+	c.one[0] = nil
 	c.wmu.Unlock()
-	if err == nil && errno != 0 {
-		err = os.NewSyscallError("write", errno)
-	}
-	if err != nil {
-		return n, c.opError("write", err)
-	}
-	return n, nil
+	return int(n), err
 }
 
-// write is Write's RawConn function: done when all is written or failed.
-func (c *Conn) write(fd uintptr) bool {
-	p := c.wbuf
-	for c.wn < int64(len(p)) {
-		raceWrite(p[c.wn:])
-		r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[c.wn])), uintptr(int64(len(p))-c.wn))
-		switch e {
-		case 0:
-			c.wn += int64(r)
-		case syscall.EINTR:
-		case syscall.EAGAIN:
-			return false
-		default:
-			c.werrno = e
-			return true
-		}
-	}
-	return true
-}
-
-// WriteBuffers writes all of bufs with writev, consuming what it wrote as
-// net.Buffers.WriteTo does.
+// WriteBuffers writes all of bufs with one writev where the socket takes
+// it, consuming what it wrote as net.Buffers.WriteTo does.
 func (c *Conn) WriteBuffers(bufs *net.Buffers) (int64, error) {
 	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.writeLocked(bufs, "writev")
+}
+
+// writeLocked writes bufs through writev; call names the system call in
+// an error. c.wmu must be held.
+func (c *Conn) writeLocked(bufs *net.Buffers, call string) (int64, error) {
 	c.wbufs, c.wn, c.werrno = bufs, 0, 0
 	err := c.rc.Write(c.writevFn)
 	n, errno := c.wn, c.werrno
 	c.wbufs = nil
 	c.iov = [8]syscall.Iovec{}
-	c.wmu.Unlock()
-	if err == nil && errno != 0 {
-		err = os.NewSyscallError("writev", errno)
-	}
-	if err != nil {
-		return n, c.opError("write", err)
-	}
-	return n, nil
+	return n, c.failed("write", call, err, errno)
 }
 
 // writev is WriteBuffers' RawConn function.
@@ -210,11 +181,20 @@ func consume(bufs *net.Buffers, n int64) {
 	}
 }
 
-func (c *Conn) opError(op string, err error) error {
-	// RawConn's own errors (a deadline, a closed descriptor) come as a
-	// *net.OpError of its "raw-read" or "raw-write": say the operation
-	// the caller made instead.
-	if oe, ok := err.(*net.OpError); ok {
+// failed returns the error of an operation op (as net.OpError names it)
+// whose RawConn call returned err and whose system call, the syscall name
+// call, failed with errno, or nil when neither failed: a *net.OpError as
+// net's own connections return.
+func (c *Conn) failed(op, call string, err error, errno syscall.Errno) error {
+	if err == nil && errno == 0 {
+		return nil
+	}
+	if err == nil {
+		err = os.NewSyscallError(call, errno)
+	} else if oe, ok := err.(*net.OpError); ok {
+		// RawConn's own errors (a deadline, a closed descriptor) come as
+		// a *net.OpError of its "raw-read" or "raw-write": say the
+		// operation the caller made instead.
 		err = oe.Err
 	}
 	return &net.OpError{Op: op, Net: "tcp", Source: c.tc.LocalAddr(), Addr: c.tc.RemoteAddr(), Err: err}
