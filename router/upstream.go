@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/inferroute/inferroute/internal/rawio"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/inferroute/inferroute/internal/rawio"
 )
 
 // Defaults of the built-in upstream client (Config.Transport nil).

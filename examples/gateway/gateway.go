@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/inferroute/inferroute/internal/rawio"
 	"io"
 	"log/slog"
 	"maps"
@@ -30,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/inferroute/inferroute/internal/rawio"
 	"github.com/inferroute/inferroute/picker"
 	"github.com/inferroute/inferroute/router"
 	"github.com/inferroute/inferroute/scorer"

@@ -55,19 +55,6 @@ func TestWrapIsRawOnLinux(t *testing.T) {
 	}
 }
 
-func TestDisabled(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("Wrap is the identity outside Linux")
-	}
-	old := enabled
-	enabled = false
-	defer func() { enabled = old }()
-	w, _ := pair(t)
-	if _, ok := w.(*net.TCPConn); !ok {
-		t.Fatalf("with INFERROUTE_RAWIO=0, Wrap returned %T; want the *net.TCPConn it was given", w)
-	}
-}
-
 func TestReadWriteLarge(t *testing.T) {
 	w, p := pair(t)
 	// More than the socket buffers hold, so that the writer must wait
@@ -103,34 +90,6 @@ func TestReadWriteLarge(t *testing.T) {
 	}
 	if n, err := w.Read(make([]byte, 8)); n != 0 || err != io.EOF {
 		t.Fatalf("Read after EOF = %d, %v; want 0, io.EOF", n, err)
-	}
-}
-
-func TestWriteBuffers(t *testing.T) {
-	w, p := pair(t)
-	bw, ok := w.(interface {
-		WriteBuffers(*net.Buffers) (int64, error)
-	})
-	if !ok {
-		t.Skip("no raw connections on " + runtime.GOOS)
-	}
-	head := []byte("POST / HTTP/1.1\r\n\r\n")
-	body := bytes.Repeat([]byte("x"), 3<<20)
-	bufs := net.Buffers{head, nil, body}
-	var got []byte
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		got, _ = io.ReadAll(p)
-	}()
-	n, err := bw.WriteBuffers(&bufs)
-	if err != nil || n != int64(len(head)+len(body)) || len(bufs) != 0 {
-		t.Fatalf("WriteBuffers = %d, %v, %d buffers left; want %d, nil, 0", n, err, len(bufs), len(head)+len(body))
-	}
-	w.Close()
-	<-done
-	if !bytes.Equal(got, append(head, body...)) {
-		t.Fatalf("peer read %d bytes, not what was written", len(got))
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/inferroute/inferroute/internal/rawio"
 	"io"
 	"log/slog"
 	"math"
@@ -22,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/inferroute/inferroute/internal/rawio"
 	"github.com/inferroute/inferroute/signals"
 )
 
