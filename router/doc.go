@@ -126,6 +126,14 @@
 // server and returned in the response, so that the access log, the
 // client and the model server's logs name the same request.
 //
+// # Serving
+//
+// Any net/http server serves the Proxy. On Linux the Proxy's upstream
+// connections read and write with raw system calls that the Go runtime
+// does not count as system calls, which spares a gateway at a moderate
+// load the runtime's thread hand-offs after each idle gap; RawListener
+// does the same for the server's own connections, the clients'.
+//
 // # Middleware
 //
 // Middleware does the routing and picking for gateways that own their

@@ -29,7 +29,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/inferroute/inferroute/internal/rawio"
 	"github.com/inferroute/inferroute/picker"
 	"github.com/inferroute/inferroute/router"
 	"github.com/inferroute/inferroute/scorer"
@@ -514,7 +513,7 @@ type runOptions struct {
 // It returns nil after a clean drain. A demo mode (or a test) can call it
 // with its own listener and configuration.
 func run(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger, opts runOptions) error {
-	ln = rawio.Listener{Listener: ln}
+	ln = router.RawListener(ln)
 	access := opts.access
 	if access == nil {
 		access = os.Stdout
