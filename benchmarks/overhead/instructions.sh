@@ -56,7 +56,7 @@ PIDS=()
 cleanup() {
 	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
-	if [ -n "$OUT" ]; then mkdir -p "$OUT" && cp "$WORK"/*.txt "$WORK"/callgrind.* "$OUT"/ 2>/dev/null || true; fi
+	if [ -n "$OUT" ]; then mkdir -p "$OUT" && cp "$WORK"/*.txt "$WORK"/*.callgrind "$OUT"/ 2>/dev/null || true; fi
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -149,6 +149,7 @@ count() { # count NAME COMMAND...
 	wait "$pid" 2>/dev/null || true
 	local dump
 	dump=$(ls "$WORK/callgrind.$name".* | tail -1)
+	cp "$dump" "$WORK/$name.callgrind"
 	callgrind_annotate --auto=no --threshold=100 --show=Ir "$dump" >"$WORK/$name.txt"
 	DUMPS+=("$name:$dump")
 }
@@ -159,7 +160,7 @@ count minproxy "$WORK/minproxy" -listen "127.0.0.1:$PROXY" -upstreams "127.0.0.1
 count gateway "$WORK/gateway" -config "$WORK/gateway.yaml"
 
 echo "inferroute instruction count, $(date -u +%Y-%m-%dT%H:%MZ), $(go version | awk '{print $3}'), $(valgrind --version), $BODY body, $CONNS connections, $N requests after $WARM"
-"$WORK/icount" report -n "$N" "$WORK/minproxy.txt" "$WORK/gateway.txt"
+"$WORK/icount" report -n "$N" "$WORK/minproxy.callgrind" "$WORK/gateway.callgrind"
 if [ "$CACHE" = 1 ]; then
 	# The dump's summary line holds the program's totals in the order of
 	# its events line (Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw).
