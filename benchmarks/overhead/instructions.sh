@@ -149,7 +149,8 @@ count() { # count NAME COMMAND...
 	wait "$pid" 2>/dev/null || true
 	local dump
 	dump=$(ls "$WORK/callgrind.$name".* | tail -1)
-	cp "$dump" "$WORK/$name.callgrind"
+	mv "$dump" "$WORK/$name.callgrind"
+	dump=$WORK/$name.callgrind
 	callgrind_annotate --auto=no --threshold=100 --show=Ir "$dump" >"$WORK/$name.txt"
 	DUMPS+=("$name:$dump")
 }

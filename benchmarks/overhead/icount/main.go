@@ -15,10 +15,10 @@
 // load sends n POST requests of the body over c keep-alive connections and
 // fails unless every answer is a 200. report reads two proxies' callgrind
 // dumps (each of exactly n requests; callgrind_annotate's per-function
-// listings are read too, see parseAnnotate) and prints, per request, each one's instructions by category
-// (inferroute's packages, the runtime's allocator, garbage collector and
-// scheduler, net/http, and so on), the difference, and the functions of the
-// second that cost the most.
+// listings are read too, see parseAnnotate) and prints, per request, each
+// one's instructions by category (inferroute's packages, the runtime's
+// allocator, garbage collector and scheduler, net/http, and so on), the
+// difference, and the functions of the second that cost the most.
 package main
 
 import (
@@ -167,8 +167,7 @@ func parseDump(r io.Reader) (profile, error) {
 	names := make(map[string]string) // "(id)" → function name
 	npos, ir := 1, -1
 	var fn string
-	var haveFn, afterCalls, sawSummary, sawTotals bool
-	var totals int64
+	var haveFn, afterCalls, sawTotal, sawSummary bool
 	for ln := 1; sc.Scan(); ln++ {
 		line := sc.Text()
 		if line == "" || line[0] == '#' {
@@ -224,11 +223,10 @@ func parseDump(r io.Reader) (profile, error) {
 				if err != nil {
 					return p, fmt.Errorf("line %d: %s %q: %w", ln, key, f[ir], err)
 				}
-				if key == "summary" {
-					p.total, sawSummary = v, true
-				} else {
-					totals, sawTotals = v, true
+				if key == "summary" || !sawSummary {
+					p.total = v
 				}
+				sawTotal, sawSummary = true, sawSummary || key == "summary"
 			}
 			continue
 		}
@@ -248,11 +246,7 @@ func parseDump(r io.Reader) (profile, error) {
 	if err := sc.Err(); err != nil {
 		return p, err
 	}
-	switch {
-	case sawSummary:
-	case sawTotals:
-		p.total = totals
-	default:
+	if !sawTotal {
 		return p, errors.New("no summary: or totals: line: not a callgrind dump")
 	}
 	return p, nil
