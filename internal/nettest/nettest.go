@@ -5,7 +5,6 @@ package nettest
 import (
 	"net"
 	"strconv"
-	"syscall"
 	"testing"
 )
 
@@ -17,17 +16,10 @@ import (
 // (CI once saw it).
 func RefusedAddr(t testing.TB) string {
 	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	port, closeSocket, err := boundSocket()
 	if err != nil {
-		t.Fatalf("socket: %v", err)
+		t.Fatalf("holding a loopback port: %v", err)
 	}
-	t.Cleanup(func() { _ = syscall.Close(fd) })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatalf("bind: %v", err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatalf("getsockname: %v", err)
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+	t.Cleanup(closeSocket)
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
