@@ -203,7 +203,7 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 		// so do the fields the router sets itself, the pool's and Via.
 		pool := c.route.Pool.header
 		for k := range r2.Header {
-			ck := http.CanonicalHeaderKey(k)
+			ck, _ := fieldKey(k) // an invalid name is kept as it is, as net/http would
 			if _, set := pool[ck]; set || ck == "Via" || p.stripped(ck) {
 				delete(r2.Header, k)
 			}

@@ -845,12 +845,12 @@ func (p *Proxy) cleanHeader(r *http.Request, reuse http.Header) (http.Header, er
 		clear(out)
 	}
 	for k, v := range r.Header {
-		ck := http.CanonicalHeaderKey(k) // k itself, unallocated, when canonical
+		ck, ok := fieldKey(k) // k itself, unallocated, when canonical
+		if !ok {
+			return out, invalidRequest(fmt.Sprintf("request header %q is not a valid header field name", k))
+		}
 		if isHopHeader(ck) || p.stripped(ck) {
 			continue
-		}
-		if !validFieldName(k) {
-			return out, invalidRequest(fmt.Sprintf("request header %q is not a valid header field name", k))
 		}
 		for _, s := range v {
 			if !validFieldValue(s) {

@@ -323,8 +323,8 @@ func (t *Table) ModelJSON(model string) ([]byte, bool) {
 func poolHeader(h http.Header) (http.Header, error) {
 	out := make(http.Header, len(h))
 	for k, v := range h {
-		ck := http.CanonicalHeaderKey(k)
-		if !validFieldName(k) {
+		ck, ok := fieldKey(k)
+		if !ok {
 			return nil, fmt.Errorf("header %q is not a valid header field name", k)
 		}
 		switch {

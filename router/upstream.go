@@ -686,10 +686,12 @@ func parseHead(s string, lines int) (*h1Response, error) {
 			continue
 		}
 		k, v, ok := cut(line, ':')
-		if !ok || !validFieldName(k) {
+		if ok {
+			k, ok = fieldKey(k)
+		}
+		if !ok {
 			return nil, protocolErrorf("malformed response header line %q", line)
 		}
-		k = canonicalKey(k)
 		v = trimOWS(v)
 		if vs, ok := h[k]; ok {
 			h[k] = append(vs, v)
@@ -763,23 +765,37 @@ var commonKeys = func() map[string]string {
 	return m
 }()
 
-// canonicalKey returns k in the canonical form of
-// textproto.CanonicalMIMEHeaderKey (k is a valid token): k itself when it
-// already is, an interned string for common keys, a new string otherwise.
-func canonicalKey(k string) string {
-	upper := true
-	canonical := true
+// fieldKey checks a header field name and canonicalizes it in one pass:
+// it returns k in the canonical form of textproto.CanonicalMIMEHeaderKey
+// and true when k is an RFC 9110 token (validFieldName), and k and false
+// otherwise. A canonical k is returned as it is, unallocated; a common key
+// in another case is interned, any other a new string. Header names are
+// read from every request and response, so the one pass (rather than a
+// validity scan and then http.CanonicalHeaderKey's) is worth its code.
+func fieldKey(k string) (string, bool) {
+	if k == "" {
+		return k, false
+	}
+	upper, canonical := true, true
 	for i := 0; i < len(k); i++ {
 		c := k[i]
+		if !isTokenChar(c) {
+			return k, false
+		}
 		if (upper && 'a' <= c && c <= 'z') || (!upper && 'A' <= c && c <= 'Z') {
 			canonical = false
-			break
 		}
 		upper = c == '-'
 	}
 	if canonical {
-		return k
+		return k, true
 	}
+	return recase(k), true
+}
+
+// recase returns the token k, which is not in canonical form, in that
+// form: an interned string for common keys, a new string otherwise.
+func recase(k string) string {
 	var arr [64]byte
 	var b []byte
 	if len(k) <= len(arr) {
@@ -787,7 +803,7 @@ func canonicalKey(k string) string {
 	} else {
 		b = make([]byte, len(k))
 	}
-	upper = true
+	upper := true
 	for i := 0; i < len(k); i++ {
 		c := k[i]
 		switch {

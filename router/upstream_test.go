@@ -482,7 +482,10 @@ func TestH1ClientIdlePool(t *testing.T) {
 	assert.Equal(t, int32(4), s.conns.Load())
 }
 
-func TestCanonicalKey(t *testing.T) {
+// TestFieldKey checks fieldKey against net/http: the canonical form of
+// every valid name (interned or not, short or past the stack buffer), and
+// refusal of what is not a token.
+func TestFieldKey(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"content-type", "Content-Type"},
 		{"Content-Type", "Content-Type"},
@@ -490,14 +493,44 @@ func TestCanonicalKey(t *testing.T) {
 		{"x-request-id", "X-Request-Id"},
 		{"x-custom_field", "X-Custom_field"},
 		{"a", "A"},
+		{"X-Custom_Field", "X-Custom_field"},
+		{"x--a", "X--A"},
 		{strings.Repeat("ab-", 30) + "z", http.CanonicalHeaderKey(strings.Repeat("ab-", 30) + "z")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			assert.Equal(t, tt.want, canonicalKey(tt.in))
-			assert.Equal(t, http.CanonicalHeaderKey(tt.in), canonicalKey(tt.in), "same as net/http")
+			got, ok := fieldKey(tt.in)
+			assert.True(t, ok)
+			assert.Equal(t, tt.want, got)
+			assert.Equal(t, http.CanonicalHeaderKey(tt.in), got, "same as net/http")
 		})
 	}
+	for _, bad := range []string{"", "X Forwarded", "x-a:b", "x-\x00", "caf\xc3\xa9", "(x)", "a\tb"} {
+		got, ok := fieldKey(bad)
+		assert.False(t, ok, "%q", bad)
+		assert.Equal(t, bad, got, "an invalid name is returned as it is")
+	}
+}
+
+// FuzzFieldKey checks fieldKey against validFieldName and
+// http.CanonicalHeaderKey for any string.
+func FuzzFieldKey(f *testing.F) {
+	for _, s := range []string{"content-type", "X-Request-Id", "x_y", "", "a b", "\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, k string) {
+		got, ok := fieldKey(k)
+		if ok != validFieldName(k) {
+			t.Fatalf("fieldKey(%q) valid = %v, validFieldName says %v", k, ok, !ok)
+		}
+		want := k
+		if ok {
+			want = http.CanonicalHeaderKey(k)
+		}
+		if got != want {
+			t.Fatalf("fieldKey(%q) = %q, want %q", k, got, want)
+		}
+	})
 }
 
 func TestMediaType(t *testing.T) {
