@@ -3,8 +3,10 @@
 package nettest
 
 import (
+	"fmt"
 	"net"
 	"strconv"
+	"syscall"
 	"testing"
 )
 
@@ -16,10 +18,32 @@ import (
 // (CI once saw it).
 func RefusedAddr(t testing.TB) string {
 	t.Helper()
-	port, closeSocket, err := boundSocket()
+	fd, err := tcpSocket()
 	if err != nil {
-		t.Fatalf("holding a loopback port: %v", err)
+		t.Fatalf("socket: %v", err)
 	}
-	t.Cleanup(closeSocket)
+	t.Cleanup(func() { _ = closeSocket(fd) })
+	port, err := bindLoopback(fd, syscall.Bind, syscall.Getsockname)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+// bindLoopback binds fd to a free port of 127.0.0.1 and returns the port.
+// The descriptor's type is the platform's (an int, or a Windows Handle),
+// and so are the syscall package's functions passed for it.
+func bindLoopback[FD any](fd FD, bind func(FD, syscall.Sockaddr) error, name func(FD) (syscall.Sockaddr, error)) (int, error) {
+	if err := bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return 0, fmt.Errorf("bind: %w", err)
+	}
+	sa, err := name(fd)
+	if err != nil {
+		return 0, fmt.Errorf("getsockname: %w", err)
+	}
+	in4, ok := sa.(*syscall.SockaddrInet4)
+	if !ok {
+		return 0, fmt.Errorf("getsockname: %T, not an IPv4 address", sa)
+	}
+	return in4.Port, nil
 }
