@@ -462,7 +462,19 @@ func (pc *h1Conn) started(t *h1Client, r *h1Response) *http.Response {
 type h1Response struct {
 	http.Response
 	body h1Body
+	// framing records which of the fields that frame the body the head
+	// has (fieldConnection, …), noted by parseHead as it reads each name,
+	// so that frame looks up only those present: most responses have
+	// one of the three.
+	framing uint8
 }
+
+// Bits of h1Response.framing.
+const (
+	fieldConnection = 1 << iota
+	fieldContentLength
+	fieldTransferEncoding
+)
 
 // isStaleRead reports whether err is what reading the response from a
 // connection the server had closed returns: end of stream or a reset
@@ -692,6 +704,14 @@ func parseHead(s string, lines int) (*h1Response, error) {
 		if !ok {
 			return nil, protocolErrorf("malformed response header line %q", line)
 		}
+		switch k {
+		case "Connection":
+			r.framing |= fieldConnection
+		case "Content-Length":
+			r.framing |= fieldContentLength
+		case "Transfer-Encoding":
+			r.framing |= fieldTransferEncoding
+		}
 		v = trimOWS(v)
 		if vs, ok := h[k]; ok {
 			h[k] = append(vs, v)
@@ -862,14 +882,25 @@ func (pc *h1Conn) frame(r *h1Response, req *h1Request) error {
 	body.pc = pc
 	resp.Body = body
 	resp.ContentLength = -1
-	body.keep = resp.ProtoMinor >= 1 && !hasToken(h["Connection"], "close")
+	var conn, te, cl []string
+	if r.framing&fieldConnection != 0 {
+		conn = h["Connection"]
+	}
+	if r.framing&fieldTransferEncoding != 0 {
+		te = h["Transfer-Encoding"]
+	}
+	if r.framing&fieldContentLength != 0 {
+		cl = h["Content-Length"]
+	}
+	body.keep = resp.ProtoMinor >= 1 && !hasToken(conn, "close")
 	if resp.ProtoMinor == 0 {
-		body.keep = hasToken(h["Connection"], "keep-alive")
-		if _, ok := h["Transfer-Encoding"]; ok {
+		body.keep = hasToken(conn, "keep-alive")
+		if te != nil {
 			// HTTP/1.0 has no transfer codings: the framing is faulty
 			// (RFC 9112 section 6.1). Read the body without it, as
 			// net/http does, and close the connection after it.
 			delete(h, "Transfer-Encoding")
+			te = nil
 			body.keep = false
 		}
 	}
@@ -887,10 +918,10 @@ func (pc *h1Conn) frame(r *h1Response, req *h1Request) error {
 		body.keep = false
 		return nil
 	}
-	if te := h["Transfer-Encoding"]; len(te) > 0 {
+	if len(te) > 0 {
 		// Transfer-Encoding overrides Content-Length, and a message with
 		// both must not be reused (RFC 9112 section 6.3, item 3).
-		if _, both := h["Content-Length"]; both {
+		if cl != nil {
 			delete(h, "Content-Length")
 			body.keep = false
 		}
@@ -907,7 +938,7 @@ func (pc *h1Conn) frame(r *h1Response, req *h1Request) error {
 		body.r = httputil.NewChunkedReader(pc.br)
 		return nil
 	}
-	if cl := h["Content-Length"]; len(cl) > 0 {
+	if len(cl) > 0 {
 		n, ok := parseLength(cl[0])
 		if !ok {
 			return protocolErrorf("malformed Content-Length %q", cl[0])
