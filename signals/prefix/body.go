@@ -868,15 +868,19 @@ func (pr *Prompt) stringAt(i int) bool {
 	return true
 }
 
-// appendString appends to dst the decoded content of the JSON string whose
-// opening quote is at b[i], and returns dst, the offset after the closing
-// quote and true; or false for an unterminated string or a bad escape. It
-// reads the string once: the next quote and the next backslash are found
-// with bytes.IndexByte (vectorised in the standard library) and remembered
-// until passed, and the runs between escapes are copied whole, so a string
-// without escapes costs two searches and one copy. Escapes decode as
-// encoding/json decodes them (unescapeU); raw control characters pass.
-func appendString(dst, b []byte, i int) ([]byte, int, bool) {
+// appendStringGeneric appends to dst the decoded content of the JSON
+// string whose opening quote is at b[i], and returns dst, the offset after
+// the closing quote and true; or false (and dst as given) for an
+// unterminated string or a bad escape. It reads the string once: the next
+// quote and the next backslash are found with bytes.IndexByte (vectorised
+// in the standard library) and remembered until passed, and the runs
+// between escapes are copied whole, so a string without escapes costs two
+// searches and one copy. Escapes decode as encoding/json decodes them
+// (unescapeU); raw control characters pass. appendString, which the
+// parser calls, is this function where no assembly scan exists
+// (scan_other.go) and the same contract with a one-pass scan and copy on
+// amd64 (scan_amd64.go); tests check that the two agree.
+func appendStringGeneric(dst, b []byte, i int) ([]byte, int, bool) {
 	// The decoded string is never longer than its raw form, so room for
 	// the rest of b keeps every write in place.
 	dst = slices.Grow(dst, len(b)-i)

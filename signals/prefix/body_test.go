@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -295,6 +296,28 @@ func TestPromptTokenIDsCapped(t *testing.T) {
 	assert.Len(t, pr.ids, 6, "ids beyond MaxBlocks×TokenBlock are counted, not kept")
 	assert.Equal(t, 10*BytesPerToken, pr.Bytes())
 	assert.Len(t, pr.Hash(nil, "m", ""), 3)
+}
+
+// FuzzAppendString checks appendString (a one-pass assembly scan on
+// amd64) against appendStringGeneric for any bytes after an opening quote
+// and any bytes already in dst: the same decoded string, end offset and
+// verdict, and dst as given on failure.
+func FuzzAppendString(f *testing.F) {
+	f.Add([]byte(`hello"`), []byte{})
+	f.Add([]byte(`a\nb\"c\u00e9\ud83d\ude00 and then some more text past sixteen bytes"x`), []byte("pre"))
+	f.Add([]byte(`unterminated \`), []byte{})
+	f.Add([]byte(`bad \q escape"`), []byte("x"))
+	f.Fuzz(func(t *testing.T, rest, pre []byte) {
+		b := append([]byte{'"'}, rest...)
+		got, gotEnd, gotOK := appendString(slices.Clone(pre), b, 0)
+		want, wantEnd, wantOK := appendStringGeneric(slices.Clone(pre), b, 0)
+		if !bytes.Equal(got, want) || gotEnd != wantEnd || gotOK != wantOK {
+			t.Fatalf("%q after %q: appendString %q, %d, %v; generic %q, %d, %v", b, pre, got, gotEnd, gotOK, want, wantEnd, wantOK)
+		}
+		if !gotOK && !bytes.Equal(got, pre) {
+			t.Fatalf("%q: failed but dst changed: %q", b, got)
+		}
+	})
 }
 
 func FuzzHashBody(f *testing.F) {

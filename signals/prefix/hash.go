@@ -246,14 +246,18 @@ func link(prev, f uint64) uint64 {
 
 func le64(p []byte) uint64 { return binary.LittleEndian.Uint64(p) }
 
-// hashBlocks64 appends to dst the chained hashes of the 64-byte blocks of
-// b, whose length must be a multiple of 64, starting the chain at prev; it
-// returns the extended slice and the last hash (prev when b is empty). Each
-// hash equals hashBytes of its block; the mixing is written out in the loop
-// because a function per block is over the inlining budget and spilled the
-// loop's state to the stack around every call, and this loop is the prompt
-// hashing's hot path. dst must have room for the hashes (grow).
-func hashBlocks64(dst []uint64, prev uint64, b []byte) ([]uint64, uint64) {
+// hashBlocks64Generic appends to dst the chained hashes of the 64-byte
+// blocks of b, whose length must be a multiple of 64, starting the chain at
+// prev; it returns the extended slice and the last hash (prev when b is
+// empty). Each hash equals hashBytes of its block; the mixing is written
+// out in the loop because a function per block is over the inlining budget
+// and spilled the loop's state to the stack around every call. dst must
+// have room for the hashes (grow). This loop is the prompt hashing's hot
+// path (two thirds of the instructions of a 220 KB request's hashing and
+// rendering), so hashBlocks64, which the hashers call, runs an assembly
+// copy of it on amd64 (hash_amd64.s) and this one elsewhere; tests check
+// that the two agree.
+func hashBlocks64Generic(dst []uint64, prev uint64, b []byte) ([]uint64, uint64) {
 	n := len(dst)
 	out := dst[n : n+len(b)/64]
 	for k := range out {

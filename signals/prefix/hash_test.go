@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,6 +58,37 @@ func TestHashBlocks64MatchesChain(t *testing.T) {
 			assert.Equal(t, h, last, "%d blocks from %#x", blocks, prev)
 		}
 	}
+}
+
+// FuzzHashBlocks64 checks hashBlocks64 (the assembly loop on amd64)
+// against hashBlocks64Generic and against hashBytes applied block by
+// block, for any bytes, any starting chain value and any offset of the
+// blocks in their buffer.
+func FuzzHashBlocks64(f *testing.F) {
+	f.Add([]byte{}, uint64(0), uint8(0))
+	f.Add(text(64, 1), uint64(0xdeadbeef), uint8(1))
+	f.Add(text(7*64+13, 2), ^uint64(0), uint8(5))
+	f.Fuzz(func(t *testing.T, data []byte, prev uint64, off uint8) {
+		o := min(int(off)%8, len(data))
+		b := data[o:]
+		b = b[:len(b)/64*64]
+		blocks := len(b) / 64
+		got, last := hashBlocks64(grow([]uint64{7}, blocks), prev, b)
+		gen, genLast := hashBlocks64Generic(grow([]uint64{7}, blocks), prev, b)
+		if !slices.Equal(got, gen) || last != genLast {
+			t.Fatalf("%d blocks from %#x: hashBlocks64 %x (last %#x), generic %x (last %#x)", blocks, prev, got, last, gen, genLast)
+		}
+		h := prev
+		for k := range blocks {
+			h = hashBytes(h, b[k*64:(k+1)*64])
+			if got[1+k] != h {
+				t.Fatalf("block %d of %d from %#x: %#x, hashBytes %#x", k, blocks, prev, got[1+k], h)
+			}
+		}
+		if last != h || got[0] != 7 || len(got) != 1+blocks {
+			t.Fatalf("%d blocks from %#x: last %#x (want %#x), dst %x", blocks, prev, last, h, got)
+		}
+	})
 }
 
 func TestHashTextBlocks(t *testing.T) {
