@@ -18,6 +18,18 @@
 //
 // Registers: SI src, DI dst, CX len(src), AX the index, R9 the start of
 // the last whole chunk, X1 sixteen quotes, X2 sixteen backslashes.
+
+// COPY_AND_SEARCH16 copies the 16 bytes at SI+AX to DI+AX and leaves in BX
+// the mask of those that are a quote or a backslash (bit i for byte i).
+#define COPY_AND_SEARCH16 \
+	MOVOU    (SI)(AX*1), X0; \
+	MOVOU    X0, (DI)(AX*1); \
+	MOVOU    X0, X3; \
+	PCMPEQB  X1, X0; \
+	PCMPEQB  X2, X3; \
+	POR      X3, X0; \
+	PMOVMSKB X0, BX
+
 TEXT ·scanCopyAsm(SB), NOSPLIT, $0-56
 	MOVQ dst_base+0(FP), DI
 	MOVQ src_base+24(FP), SI
@@ -38,13 +50,7 @@ TEXT ·scanCopyAsm(SB), NOSPLIT, $0-56
 chunk:
 	CMPQ AX, R9
 	JA   last
-	MOVOU (SI)(AX*1), X0
-	MOVOU X0, (DI)(AX*1)
-	MOVOU X0, X3
-	PCMPEQB X1, X0
-	PCMPEQB X2, X3
-	POR  X3, X0
-	PMOVMSKB X0, BX
+	COPY_AND_SEARCH16
 	TESTL BX, BX
 	JNZ  found
 	ADDQ $16, AX
@@ -55,13 +61,7 @@ last:
 	CMPQ AX, CX
 	JEQ  none
 	MOVQ R9, AX
-	MOVOU (SI)(AX*1), X0
-	MOVOU X0, (DI)(AX*1)
-	MOVOU X0, X3
-	PCMPEQB X1, X0
-	PCMPEQB X2, X3
-	POR  X3, X0
-	PMOVMSKB X0, BX
+	COPY_AND_SEARCH16
 	TESTL BX, BX
 	JNZ  found
 
