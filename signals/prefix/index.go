@@ -381,27 +381,7 @@ func (ix *Index) recordLocked(st *epState, hs []uint64, done bool) {
 	m := (n-1)/s + 1 // indexed positions: blocks s-1, 2s-1, … below n-1, and n-1
 	lead, a := 0, -1 // positions in the lead; the slot of its last entry
 	if st.cap >= 2*m {
-		for p := s - 1; ; p += s {
-			p = min(p, n-1)
-			next := st.lru.Newest()
-			if a >= 0 {
-				next = st.lru.Next(a)
-			}
-			if next < 0 || st.lru.Hash(next) != hs[p] {
-				break
-			}
-			if done { // written out: as a method it is over the inlining budget
-				st.lru.DropPending(next)
-				st.lru.Confirm(next)
-			} else {
-				st.lru.AddPending(next)
-			}
-			a = next
-			lead++
-			if p == n-1 {
-				break
-			}
-		}
+		lead, a = st.lru.Lead(hs, s, done)
 	}
 	if lead == m {
 		return

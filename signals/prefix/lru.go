@@ -160,31 +160,33 @@ func (t *lruTable) Confirm(i int) { t.nodes[i].next |= flagBit }
 
 // AddPending counts one more request in flight on the entry in slot i. The
 // count saturates at maxPending.
-func (t *lruTable) AddPending(i int) {
-	nd := &t.nodes[i]
-	switch {
-	case nd.prev&nibbleMask != nibbleMask: // the low nibble has room
-		nd.prev += 1 << linkBits
-	case nd.next&nibbleMask != nibbleMask: // carry into the high nibble
-		nd.prev &^= nibbleMask
-		nd.next += 1 << linkBits
-	}
-}
+func (t *lruTable) AddPending(i int) { t.nodes[i].addPending() }
 
 // DropPending counts one request fewer in flight on the entry in slot i and
 // returns the count left. A saturated count no longer knows how many
 // requests it stands for, so it stays saturated; a zero count stays zero.
-func (t *lruTable) DropPending(i int) int {
-	nd := &t.nodes[i]
-	c := nd.pending()
+func (t *lruTable) DropPending(i int) int { return t.nodes[i].dropPending() }
+
+func (n *lruNode) addPending() {
+	switch {
+	case n.prev&nibbleMask != nibbleMask: // the low nibble has room
+		n.prev += 1 << linkBits
+	case n.next&nibbleMask != nibbleMask: // carry into the high nibble
+		n.prev &^= nibbleMask
+		n.next += 1 << linkBits
+	}
+}
+
+func (n *lruNode) dropPending() int {
+	c := n.pending()
 	switch {
 	case c == 0 || c == maxPending:
 		return c
-	case nd.prev&nibbleMask != 0:
-		nd.prev -= 1 << linkBits
+	case n.prev&nibbleMask != 0:
+		n.prev -= 1 << linkBits
 	default: // borrow from the high nibble
-		nd.prev |= nibbleMask
-		nd.next -= 1 << linkBits
+		n.prev |= nibbleMask
+		n.next -= 1 << linkBits
 	}
 	return c - 1
 }
@@ -210,6 +212,51 @@ func (t *lruTable) Newest() int { return t.head - 1 }
 // Next returns the slot of the entry used just before the one in slot i
 // (its less recently used neighbour), or -1 when i is the oldest.
 func (t *lruTable) Next(i int) int { return t.nodes[i].nextLink() - 1 }
+
+// Lead walks the list from its front along the indexed positions of the
+// prompt hs, blocks stride-1, 2·stride-1, … and the last block n-1, for as
+// long as each entry in turn holds its position's hash, and counts the
+// request on every entry it passes: in flight when done is false
+// (AddPending), out and confirmed when done is true (DropPending, then
+// Confirm). It returns the number of positions passed and the slot of the
+// entry of the last of them, -1 when none. It changes no order.
+//
+// It is the index's hot loop for a prompt the endpoint served last (every
+// position of a 220 KB prompt's 880, twice per request), so it reads the
+// nodes directly, one slice access and one hash compare per position,
+// with the common in-flight counts (below 15) counted without a call.
+func (t *lruTable) Lead(hs []uint64, stride int, done bool) (k, last int) {
+	last = -1
+	n := len(hs)
+	nodes := t.nodes
+	for p, l := stride-1, t.head; l != 0 && n > 0; p += stride {
+		p = min(p, n-1)
+		nd := &nodes[l-1]
+		if nd.h != hs[p] {
+			break
+		}
+		lo := nd.prev & nibbleMask
+		switch {
+		case !done && lo != nibbleMask:
+			nd.prev += 1 << linkBits
+		case !done:
+			nd.addPending()
+		case lo != 0 && lo != nibbleMask:
+			nd.prev -= 1 << linkBits
+			nd.next |= flagBit
+		default:
+			nd.dropPending()
+			nd.next |= flagBit
+		}
+		last = l - 1
+		k++
+		if p == n-1 {
+			break
+		}
+		l = int(nd.next & linkMask)
+	}
+	return k, last
+}
 
 // Touch makes the entry in slot i the most recently used.
 func (t *lruTable) Touch(i int) {

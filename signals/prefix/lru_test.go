@@ -150,6 +150,97 @@ func TestLRUTableAgainstReference(t *testing.T) {
 	}
 }
 
+// TestLRUTableLead checks Lead against the reference list: for prompts
+// whose indexed positions lead the list in part, in whole or not at all,
+// with every stride and length class, it must pass exactly the positions
+// that match the list's front in order, count the request on each of
+// those entries at every nibble edge of the in-flight count, confirm them
+// when done, and leave every other entry and the order alone.
+func TestLRUTableLead(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 8))
+	for trial := 0; trial < 2000; trial++ {
+		stride := 1 + rng.IntN(5)
+		n := 1 + rng.IntN(40)
+		hs := make([]uint64, n)
+		for i := range hs {
+			hs[i] = rng.Uint64() >> 1
+		}
+		var pos []int // indexed positions in prompt order
+		for p := stride - 1; ; p += stride {
+			p = min(p, n-1)
+			pos = append(pos, p)
+			if p == n-1 {
+				break
+			}
+		}
+		// The list: the first `match` positions in order at the front,
+		// then (sometimes) a stranger, then the other positions and
+		// unrelated entries.
+		match := rng.IntN(len(pos) + 1)
+		var tb lruTable
+		ref := newRefLRU()
+		var order []uint64
+		for _, p := range pos[:match] {
+			order = append(order, hs[p])
+		}
+		if match < len(pos) && rng.IntN(2) == 0 {
+			order = append(order, 1<<63|rng.Uint64()) // breaks the lead
+		}
+		for _, p := range pos[match:] {
+			if rng.IntN(2) == 0 {
+				order = append(order, hs[p])
+			}
+		}
+		for range rng.IntN(4) {
+			order = append(order, 1<<63|rng.Uint64())
+		}
+		seen := map[uint64]bool{}
+		for i := len(order) - 1; i >= 0; i-- { // inserted oldest first
+			h := order[i]
+			if seen[h] {
+				continue
+			}
+			seen[h] = true
+			conf := rng.IntN(2) == 0
+			pend := []int{0, 1, 2, 14, 15, 16, 17, 31, maxPending - 1, maxPending}[rng.IntN(10)]
+			ref.byH[h] = ref.order.PushFront(&refEntry{h: h, confirmed: conf, pending: pend})
+			tb.Insert(h, conf, pend, 0)
+		}
+		done := rng.IntN(2) == 0
+		// The reference: walk the reference list from its front.
+		wantK, wantLast := 0, uint64(0)
+		e := ref.order.Front()
+		for _, p := range pos {
+			if e == nil || e.Value.(*refEntry).h != hs[p] {
+				break
+			}
+			en := e.Value.(*refEntry)
+			if done {
+				if en.pending > 0 && en.pending < maxPending {
+					en.pending--
+				}
+				en.confirmed = true
+			} else {
+				en.pending = min(en.pending+1, maxPending)
+			}
+			wantK, wantLast = wantK+1, en.h
+			e = e.Next()
+		}
+		k, last := tb.Lead(hs, stride, done)
+		require.Equal(t, wantK, k, "trial %d: positions passed", trial)
+		if wantK == 0 {
+			require.Equal(t, -1, last, "trial %d", trial)
+		} else {
+			require.Equal(t, wantLast, tb.Hash(last), "trial %d: last entry", trial)
+		}
+		ref.check(t, &tb, 1<<62)
+	}
+	var empty lruTable
+	k, last := empty.Lead([]uint64{1, 2, 3}, 1, false)
+	assert.Equal(t, 0, k)
+	assert.Equal(t, -1, last)
+}
+
 func TestLRUTableLoad(t *testing.T) {
 	// Growing a quarter at a time keeps the load within [3/5, 3/4] once
 	// past the first allocation.
