@@ -226,36 +226,58 @@ func (t *lruTable) Next(i int) int { return t.nodes[i].nextLink() - 1 }
 // nodes directly, one slice access and one hash compare per position,
 // with the common in-flight counts (below 15) counted without a call.
 func (t *lruTable) Lead(hs []uint64, stride int, done bool) (k, last int) {
+	if len(hs) == 0 || t.head == 0 {
+		return 0, -1
+	}
+	if done {
+		return t.leadDone(hs, stride)
+	}
+	return t.leadAdd(hs, stride)
+}
+
+// leadAdd is Lead for a dispatch, leadDone for a completion: the same walk
+// written twice, so that neither loop tests done or spills a register.
+func (t *lruTable) leadAdd(hs []uint64, stride int) (k, last int) {
+	nodes, end := t.nodes, len(hs)-1
 	last = -1
-	n := len(hs)
-	nodes := t.nodes
-	for p, l := stride-1, t.head; l != 0 && n > 0; p += stride {
-		p = min(p, n-1)
+	for p, l := stride-1, t.head; ; p += stride {
+		p = min(p, end)
 		nd := &nodes[l-1]
 		if nd.h != hs[p] {
-			break
+			return k, last
 		}
-		lo := nd.prev & nibbleMask
-		switch {
-		case !done && lo != nibbleMask:
+		if nd.prev&nibbleMask != nibbleMask {
 			nd.prev += 1 << linkBits
-		case !done:
+		} else {
 			nd.addPending()
-		case lo != 0 && lo != nibbleMask:
-			nd.prev -= 1 << linkBits
-			nd.next |= flagBit
-		default:
-			nd.dropPending()
-			nd.next |= flagBit
 		}
-		last = l - 1
-		k++
-		if p == n-1 {
-			break
+		last, k = l-1, k+1
+		if l = int(nd.next & linkMask); p == end || l == 0 {
+			return k, last
 		}
-		l = int(nd.next & linkMask)
 	}
-	return k, last
+}
+
+func (t *lruTable) leadDone(hs []uint64, stride int) (k, last int) {
+	nodes, end := t.nodes, len(hs)-1
+	last = -1
+	for p, l := stride-1, t.head; ; p += stride {
+		p = min(p, end)
+		nd := &nodes[l-1]
+		if nd.h != hs[p] {
+			return k, last
+		}
+		if lo := nd.prev & nibbleMask; lo != 0 && lo != nibbleMask {
+			nd.prev -= 1 << linkBits
+		} else {
+			nd.dropPending()
+		}
+		nd.next |= flagBit
+		last, k = l-1, k+1
+		if l = int(nd.next & linkMask); p == end || l == 0 {
+			return k, last
+		}
+	}
 }
 
 // Touch makes the entry in slot i the most recently used.
