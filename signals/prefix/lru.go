@@ -224,7 +224,8 @@ func (t *lruTable) Next(i int) int { return t.nodes[i].nextLink() - 1 }
 // It is the index's hot loop for a prompt the endpoint served last (every
 // position of a 220 KB prompt's 880, twice per request), so it reads the
 // nodes directly, one slice access and one hash compare per position,
-// with the common in-flight counts (below 15) counted without a call.
+// and the common in-flight counts (below 15) changed by one add or
+// subtract instead of decoding the whole two-nibble count.
 func (t *lruTable) Lead(hs []uint64, stride int, done bool) (k, last int) {
 	if len(hs) == 0 || t.head == 0 {
 		return 0, -1
